@@ -1,0 +1,45 @@
+# Borough. `make image` builds out/borough.img; `make test` runs every test:
+# unit tests, then boot tests of the real image under QEMU, then a
+# reproducibility check. See README.md.
+
+SHELL := /bin/bash
+OUT ?= out
+GO ?= go
+export BOROUGH_OUT := $(abspath $(OUT))
+
+.PHONY: image run test unit boot reproducible bench lint clean
+
+image:
+	OUT=$(OUT) ./build.sh
+
+run: image
+	qemu/run.sh $(OUT)/borough.img
+
+test: lint unit boot reproducible
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags boot ./boottest/
+
+unit:
+	$(GO) test ./...
+
+boot: image
+	$(GO) test -tags boot -count=1 -parallel 2 -timeout 20m -v ./boottest/
+
+# Two builds from the same checkout must give byte-identical images.
+reproducible: image
+	rm -rf $(OUT)/repro
+	OUT=$(OUT)/repro ./build.sh
+	cmp $(OUT)/borough.img $(OUT)/repro/borough.img
+	cmp $(OUT)/borough.efi $(OUT)/repro/borough.efi
+	@echo "reproducible: two builds of borough.img are byte-identical"
+
+bench: image
+	./bench/build.sh
+	$(GO) test -tags boot -run '^$$' -bench . -benchtime 1x -timeout 60m ./boottest/
+
+clean:
+	rm -rf $(OUT)

@@ -1,0 +1,63 @@
+//go:build boot
+
+package boottest
+
+import (
+	"testing"
+
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/qemu"
+)
+
+// TestBoot boots the node on each disk interface. Every boot also checks
+// that process 1 reaps an orphaned grandchild, and that the ACPI power
+// button powers the node off cleanly; the virtio boot first reboots
+// through Ctrl-Alt-Del, which also shows that the VM's firmware state
+// survives a reboot.
+func TestBoot(t *testing.T) {
+	for _, tc := range []struct {
+		disk   qemu.Disk
+		device string
+		reboot bool
+	}{
+		{qemu.DiskVirtio, "vda", true},
+		{qemu.DiskNVMe, "nvme0n1", false},
+		{qemu.DiskAHCI, "sda", false},
+	} {
+		t.Run(string(tc.disk), func(t *testing.T) {
+			t.Parallel()
+			img := nodeImage(t, cmdline.PoweroffOnFatal, cmdline.TestOrphan)
+			vm := boot(t, img, tc.disk)
+			expect(t, vm, bootTimeout, "borough: init started")
+			expect(t, vm, stepTimeout, "borough: disk name="+tc.device+" size=1.0GiB",
+				"borough: power: watching power button")
+			expect(t, vm, stepTimeout, "borough: orphan-test: orphan reaped pid=")
+			if tc.reboot {
+				if err := vm.CtrlAltDel(); err != nil {
+					t.Fatal(err)
+				}
+				expect(t, vm, stepTimeout, "borough: Ctrl-Alt-Del: rebooting", "borough: rebooting")
+				expect(t, vm, bootTimeout, "borough: init started", "borough: power: watching power button")
+			}
+			if err := vm.PowerOff(powerTimeout); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, vm, stepTimeout, "borough: power: power button pressed: powering off", "borough: powering off")
+		})
+	}
+}
+
+// TestFatal makes a service fail fatally: init must print the reason and,
+// with borough.debug.poweroff_on_fatal, power the VM off.
+func TestFatal(t *testing.T) {
+	t.Parallel()
+	img := nodeImage(t, cmdline.PoweroffOnFatal, cmdline.TestFatal+"=disk-on-fire")
+	vm := boot(t, img, qemu.DiskVirtio)
+	expect(t, vm, bootTimeout, "borough: init started")
+	expect(t, vm, stepTimeout,
+		"borough: error: fatal: testhook: "+cmdline.TestFatal+": disk-on-fire",
+		"borough: powering off")
+	if err := vm.Wait(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/borough-os/borough/image"
+	"github.com/borough-os/borough/internal/initramfs"
+	"github.com/borough-os/borough/internal/uki"
+)
+
+func imageCommand() *cobra.Command {
+	c := &cobra.Command{Use: "image", Short: "Build Borough disk images"}
+	c.AddCommand(imageBuildCommand())
+	return c
+}
+
+// Output file names in the output directory.
+const (
+	initramfsFile = "initramfs.cpio.zst"
+	bootFile      = "borough.efi"
+	imageFile     = "borough.img"
+)
+
+type imageBuildFlags struct {
+	kernel, init, stub, outDir string
+	size, version, appendArgs  string
+}
+
+func imageBuildCommand() *cobra.Command {
+	var f imageBuildFlags
+	c := &cobra.Command{
+		Use:   "build",
+		Short: "Build the initramfs, boot binary and disk image from a kernel and an init",
+		Long: `Build writes, in --out:
+  ` + initramfsFile + `  the initramfs: init and the tools the node runs
+  ` + bootFile + `         the unified kernel image (boot binary)
+  ` + imageFile + `         the GPT disk image, sparse
+
+SOURCE_DATE_EPOCH, when set, stamps the files on the ESP.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return buildImage(cmd, f)
+		},
+	}
+	c.Flags().StringVar(&f.kernel, "kernel", "out/vmlinuz", "kernel bzImage with the EFI stub")
+	c.Flags().StringVar(&f.init, "init", "out/init", "static init binary")
+	c.Flags().StringVar(&f.stub, "stub", uki.DebianStub, "systemd EFI stub")
+	c.Flags().StringVar(&f.outDir, "out", "out", "output directory")
+	c.Flags().StringVar(&f.size, "size", "1GiB", "image size (K, M, G, T suffixes are powers of 1024)")
+	c.Flags().StringVar(&f.version, "version", "dev", "version recorded in the boot binary")
+	c.Flags().StringVar(&f.appendArgs, "append", "", "extra kernel command line parameters")
+	return c
+}
+
+func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
+	size, err := parseSize(f.size)
+	if err != nil {
+		return fmt.Errorf("--size: %w", err)
+	}
+	epoch, err := sourceDateEpoch()
+	if err != nil {
+		return err
+	}
+	step := func(format string, a ...any) func() {
+		start := time.Now()
+		return func() {
+			fmt.Fprintf(cmd.ErrOrStderr(), "image: %s (%.2f s)\n", fmt.Sprintf(format, a...), time.Since(start).Seconds())
+		}
+	}
+
+	done := step("initramfs %s", filepath.Join(f.outDir, initramfsFile))
+	initrd, err := writeInitramfs(f.init, filepath.Join(f.outDir, initramfsFile))
+	if err != nil {
+		return err
+	}
+	done()
+
+	done = step("boot binary %s", filepath.Join(f.outDir, bootFile))
+	boot, err := writeBootBinary(f, initrd)
+	if err != nil {
+		return err
+	}
+	done()
+
+	done = step("disk image %s, %s", filepath.Join(f.outDir, imageFile), f.size)
+	err = image.Build(filepath.Join(f.outDir, imageFile), image.Params{BootBinary: boot, Size: size, Epoch: epoch})
+	if err != nil {
+		return err
+	}
+	done()
+	return nil
+}
+
+func writeInitramfs(init, path string) ([]byte, error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	if err := initramfs.Build(out, initramfs.Params{Init: init, Files: initramfs.NodeFiles}); err != nil {
+		return nil, err
+	}
+	if err := out.Close(); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(path)
+}
+
+func writeBootBinary(f imageBuildFlags, initrd []byte) ([]byte, error) {
+	stub, err := os.ReadFile(f.stub)
+	if err != nil {
+		return nil, fmt.Errorf("reading EFI stub (apt-get install systemd-boot-efi): %w", err)
+	}
+	kernel, err := os.ReadFile(f.kernel)
+	if err != nil {
+		return nil, fmt.Errorf("reading kernel (run kernel/build.sh): %w", err)
+	}
+	cmdline := image.DefaultCmdline
+	if f.appendArgs != "" {
+		cmdline += " " + f.appendArgs
+	}
+	boot, err := image.BootBinary(image.BootParams{
+		Stub: stub, Kernel: kernel, Initramfs: initrd, Cmdline: cmdline, Version: f.version,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return boot, os.WriteFile(filepath.Join(f.outDir, bootFile), boot, 0o644)
+}
+
+func sourceDateEpoch() (time.Time, error) {
+	s := os.Getenv("SOURCE_DATE_EPOCH")
+	if s == "" {
+		return time.Time{}, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s)
+	}
+	return time.Unix(n, 0).UTC(), nil
+}
+
+// parseSize parses sizes like "1GiB", "512M", "4096" (bytes). K, M, G and
+// T are powers of 1024, with or without "iB" or "B".
+func parseSize(s string) (int64, error) {
+	num := strings.TrimRight(s, "KMGTiB")
+	unit := strings.TrimSuffix(strings.TrimSuffix(s[len(num):], "B"), "i")
+	shift, ok := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[unit]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size like 1GiB, 512M or 4096", s)
+	}
+	if n > (1<<62)>>shift {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return n << shift, nil
+}

@@ -1,0 +1,48 @@
+// Package esp declares the layout of Borough's EFI system partition (ESP):
+// every file Borough keeps there has one name, here. The image builder
+// writes the boot binary to BootBinary; init reads the enrolment config and
+// sealed keys from the other paths.
+//
+// Paths are relative to the ESP's root and use forward slashes, as both
+// FAT tooling (go-diskfs) and the mounted filesystem accept them.
+package esp
+
+import "path"
+
+// File is the path of a file on the ESP, relative to its root.
+type File string
+
+// The files Borough keeps on the ESP.
+const (
+	// BootBinary is the unified kernel image. It sits at the removable
+	// media path, so firmware boots it with no boot entry in NVRAM.
+	BootBinary File = "EFI/BOOT/BOOTX64.EFI"
+	// EnrolmentConfig is the node's enrolment config, when it was put on
+	// the ESP rather than passed through QEMU's fw_cfg.
+	EnrolmentConfig File = Dir + "/enrolment.pb"
+	// SealedLocalKey is the data partition's local unlock key, sealed to
+	// the TPM (or in clear without one).
+	SealedLocalKey File = Dir + "/local-key.sealed"
+	// ClusterKeyEscrow holds the cluster unlock key until the cluster
+	// keeps it.
+	ClusterKeyEscrow File = Dir + "/cluster-key.sealed"
+	// NodeState records how far the node got, so that it never
+	// bootstraps a cluster twice.
+	NodeState File = Dir + "/node-state.pb"
+)
+
+// Dir is the directory of Borough's own files.
+const Dir = "EFI/Borough"
+
+// In returns f's path under root, where the ESP is mounted.
+func (f File) In(root string) string {
+	return path.Join(root, string(f))
+}
+
+// Size is the size of the ESP in the image: room for two boot binaries
+// (an update writes the new one beside the old), and above the ~34 MiB
+// below which a FAT32 volume has too few clusters to be valid.
+const Size = 128 << 20
+
+// VolumeLabel is the ESP's FAT volume label.
+const VolumeLabel = "BOROUGH-ESP"

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/supervisor"
+)
+
+// testHooks returns the services that boot tests ask for on the kernel
+// command line. A production command line has none.
+func testHooks(params cmdline.Params) []supervisor.Service {
+	var s []supervisor.Service
+	if params.Has(cmdline.TestFatal) {
+		reason := params[cmdline.TestFatal]
+		s = append(s, supervisor.Service{Name: "testhook", Run: func(context.Context) error {
+			return supervisor.Fatal(fmt.Errorf("%s: %s", cmdline.TestFatal, reason))
+		}})
+	}
+	if params.Has(cmdline.TestOrphan) {
+		s = append(s, supervisor.Service{Name: "orphan-test", Run: orphanTest})
+	}
+	return s
+}
+
+// orphanTest runs an orphaner, which starts a sleeper and exits without
+// waiting for it. The sleeper becomes an orphan of process 1, and once it
+// exits its /proc entry must vanish: if process 1 did not reap it, it
+// would stay there as a zombie.
+func orphanTest(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	out, err := exec.CommandContext(ctx, os.Args[0], roleOrphaner).Output()
+	if err != nil {
+		return fmt.Errorf("running orphaner: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return fmt.Errorf("orphaner printed %q, want a pid: %w", out, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
+			log.Info("orphan reaped", "pid", pid)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	log.Error("orphan not reaped", "pid", pid, "state", procState(pid))
+	return nil
+}
+
+// procState returns the State line of /proc/PID/status.
+func procState(pid int) string {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if state, ok := strings.CutPrefix(s.Text(), "State:"); ok {
+			return strings.TrimSpace(state)
+		}
+	}
+	return "unknown"
+}
+
+// orphaner starts a sleeper, prints its pid and exits without waiting.
+func orphaner() {
+	cmd := exec.Command(os.Args[0], roleSleeper)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "orphaner:", err)
+		os.Exit(1)
+	}
+	fmt.Println(cmd.Process.Pid)
+}

@@ -1,0 +1,203 @@
+// Package qemu boots Borough disk images in QEMU, headless, under OVMF
+// (UEFI) firmware: for the boot tests, for benchmarks, and behind
+// qemu/run.sh.
+//
+// Each VM has a state directory that outlives one boot: its own copy of
+// OVMF's variable store and, with a TPM, swtpm's state, so that a reboot
+// (or a second Start with the same StateDir) finds the firmware and the
+// TPM as the VM left them. The serial console is kept in memory; WaitFor
+// waits for a line on it and, on failure, returns the console's tail.
+//
+// KVM is used only once it has been seen to work (see accel.go); on
+// machines where /dev/kvm exists but hangs QEMU, VMs run under TCG.
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Disk is how the image is attached to the VM.
+type Disk string
+
+// Disk interfaces.
+const (
+	DiskVirtio Disk = "virtio"
+	DiskNVMe   Disk = "nvme"
+	DiskAHCI   Disk = "ahci"
+)
+
+// Firmware from Debian's ovmf package. The 4M builds are the ones Debian
+// maintains; the code is read-only, the variables are copied per VM.
+const (
+	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// FwCfgEnrolment is the fw_cfg name under which Options.FwCfg appears in
+// the guest (/sys/firmware/qemu_fw_cfg/by_name/opt/borough/enrolment).
+const FwCfgEnrolment = "opt/borough/enrolment"
+
+// Forward forwards a TCP port on the host's loopback to a guest port.
+type Forward struct {
+	Host, Guest int
+}
+
+// Options describes a VM. Zero values take the defaults noted.
+type Options struct {
+	// Image is the raw disk image, used in place: the guest's writes
+	// persist.
+	Image string
+	// StateDir holds the VM's firmware variables, TPM state and sockets.
+	// It is created if missing. Required.
+	StateDir string
+	// Disk is the disk interface; default DiskVirtio.
+	Disk Disk
+	// MemoryMiB is the guest's memory; default 1024.
+	MemoryMiB int
+	// CPUs is the number of virtual CPUs; default 1.
+	CPUs int
+	// TPM attaches a TPM 2.0 (swtpm) whose state lives in StateDir.
+	TPM bool
+	// FwCfg, if set, is a file exposed to the guest as FwCfgEnrolment.
+	FwCfg string
+	// Network attaches a virtio NIC on QEMU's user-mode network. It is
+	// implied by Forwards.
+	Network bool
+	// Forwards are TCP ports forwarded from 127.0.0.1 into the guest.
+	Forwards []Forward
+	// Console, if set, receives the serial console as it arrives.
+	Console io.Writer
+	// Interactive connects the serial console and QEMU's monitor to this
+	// process's terminal (Ctrl-A C switches, Ctrl-A X quits) instead of
+	// capturing the console.
+	Interactive bool
+	// Logf, if set, receives progress messages.
+	Logf func(format string, args ...any)
+}
+
+func (o *Options) defaults() error {
+	if o.Image == "" || o.StateDir == "" {
+		return errors.New("qemu: Image and StateDir are required")
+	}
+	if _, err := os.Stat(o.Image); err != nil {
+		return fmt.Errorf("qemu: disk image: %w", err)
+	}
+	if o.Disk == "" {
+		o.Disk = DiskVirtio
+	}
+	if o.MemoryMiB == 0 {
+		o.MemoryMiB = 1024
+	}
+	if o.CPUs == 0 {
+		o.CPUs = 1
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.FwCfg != "" {
+		if _, err := os.Stat(o.FwCfg); err != nil {
+			return fmt.Errorf("qemu: fw_cfg file: %w", err)
+		}
+	}
+	return os.MkdirAll(o.StateDir, 0o755)
+}
+
+// args returns QEMU's command line for o, with accel "tcg" or "kvm".
+func (o *Options) args(accel string) ([]string, error) {
+	vars := filepath.Join(o.StateDir, "OVMF_VARS.fd")
+	args := []string{
+		"-machine", "q35", "-accel", accel, "-cpu", "max",
+		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
+		"-nodefaults", "-display", "none", "-no-user-config",
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + ovmfCode,
+		"-drive", "if=pflash,format=raw,unit=1,file=" + vars,
+		"-drive", "if=none,id=disk0,format=raw,file=" + o.Image,
+		"-device", "virtio-rng-pci",
+	}
+	switch o.Disk {
+	case DiskVirtio:
+		args = append(args, "-device", "virtio-blk-pci,drive=disk0")
+	case DiskNVMe:
+		args = append(args, "-device", "nvme,drive=disk0,serial=borough0")
+	case DiskAHCI:
+		// q35's built-in ICH9 AHCI controller.
+		args = append(args, "-device", "ide-hd,drive=disk0,bus=ide.0")
+	default:
+		return nil, fmt.Errorf("qemu: unknown disk interface %q (want virtio, nvme or ahci)", o.Disk)
+	}
+	if o.Interactive {
+		args = append(args, "-serial", "mon:stdio")
+	} else {
+		args = append(args, "-serial", "stdio",
+			"-monitor", "unix:"+o.monitorPath()+",server=on,wait=off")
+	}
+	if o.Network || len(o.Forwards) > 0 {
+		netdev := "user,id=net0"
+		for _, f := range o.Forwards {
+			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", f.Host, f.Guest)
+		}
+		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0")
+	}
+	if o.FwCfg != "" {
+		args = append(args, "-fw_cfg", "name="+FwCfgEnrolment+",file="+o.FwCfg)
+	}
+	if o.TPM {
+		args = append(args,
+			"-chardev", "socket,id=chrtpm,path="+o.swtpmSocket(),
+			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
+			"-device", "tpm-tis,tpmdev=tpm0")
+	}
+	return args, nil
+}
+
+func (o *Options) monitorPath() string { return filepath.Join(o.StateDir, "monitor.sock") }
+func (o *Options) swtpmSocket() string { return filepath.Join(o.StateDir, "swtpm.sock") }
+
+// prepareVars gives the VM its own copy of OVMF's variable store, once.
+func (o *Options) prepareVars() error {
+	dst := filepath.Join(o.StateDir, "OVMF_VARS.fd")
+	if _, err := os.Stat(dst); err == nil {
+		return nil
+	}
+	b, err := os.ReadFile(ovmfVars)
+	if err != nil {
+		return fmt.Errorf("qemu: reading OVMF variables (apt-get install ovmf): %w", err)
+	}
+	return os.WriteFile(dst, b, 0o644)
+}
+
+// startSwtpm starts the VM's TPM and waits for its socket.
+func (o *Options) startSwtpm(ctx context.Context) (*exec.Cmd, error) {
+	state := filepath.Join(o.StateDir, "tpm")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return nil, err
+	}
+	_ = os.Remove(o.swtpmSocket())
+	cmd := exec.CommandContext(ctx, "swtpm", "socket", "--tpm2",
+		"--tpmstate", "dir="+state,
+		"--ctrl", "type=unixio,path="+o.swtpmSocket(),
+		"--terminate")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("qemu: starting swtpm (apt-get install swtpm): %w", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if _, err := os.Stat(o.swtpmSocket()); err == nil {
+			return cmd, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	return nil, fmt.Errorf("qemu: swtpm did not create its socket: %s", stderr.String())
+}

@@ -1,0 +1,265 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// VM is a running QEMU process.
+type VM struct {
+	opts    Options
+	cmd     *exec.Cmd
+	swtpm   *exec.Cmd
+	console *console
+	stderr  bytes.Buffer
+	started time.Time
+	// cursor is where the next WaitFor starts searching the console.
+	cursor int
+	exited chan struct{}
+	err    error
+}
+
+// Error is a failure of a VM, with what it printed.
+type Error struct {
+	Err error
+	// Stderr is QEMU's standard error.
+	Stderr string
+	// Console is the tail of the serial console.
+	Console string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Err.Error())
+	if s := strings.TrimSpace(e.Stderr); s != "" {
+		fmt.Fprintf(&b, "\nQEMU stderr:\n%s", s)
+	}
+	fmt.Fprintf(&b, "\nserial console (tail):\n%s", e.Console)
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// consoleTail is how many console lines an Error carries.
+const consoleTail = 40
+
+// Start boots a VM. Cancelling ctx kills it.
+func Start(ctx context.Context, opts Options) (*VM, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	if err := opts.prepareVars(); err != nil {
+		return nil, err
+	}
+	accel := Accel(ctx, opts.Logf)
+	args, err := opts.args(accel)
+	if err != nil {
+		return nil, err
+	}
+	vm := &VM{opts: opts, console: newConsole(opts.Console), exited: make(chan struct{})}
+	if opts.TPM {
+		if vm.swtpm, err = opts.startSwtpm(ctx); err != nil {
+			return nil, err
+		}
+	}
+	vm.cmd = exec.CommandContext(ctx, "qemu-system-x86_64", args...)
+	if opts.Interactive {
+		vm.cmd.Stdin, vm.cmd.Stdout, vm.cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	} else {
+		vm.cmd.Stdout = vm.console
+		vm.cmd.Stderr = &vm.stderr
+	}
+	opts.Logf("qemu: booting %s (%s disk, %s, %d MiB%s)", opts.Image, opts.Disk, accel, opts.MemoryMiB, tpmNote(opts.TPM))
+	vm.started = time.Now()
+	if err := vm.cmd.Start(); err != nil {
+		vm.stopSwtpm()
+		return nil, fmt.Errorf("qemu: starting qemu-system-x86_64 (apt-get install qemu-system-x86): %w", err)
+	}
+	go func() {
+		vm.err = vm.cmd.Wait()
+		vm.stopSwtpm()
+		close(vm.exited)
+		vm.console.close()
+	}()
+	return vm, nil
+}
+
+func tpmNote(tpm bool) string {
+	if tpm {
+		return ", TPM"
+	}
+	return ""
+}
+
+func (vm *VM) stopSwtpm() {
+	if vm.swtpm != nil {
+		// --terminate ends swtpm when QEMU disconnects; this is for
+		// a QEMU that never connected.
+		_ = vm.swtpm.Process.Kill()
+		_ = vm.swtpm.Wait()
+	}
+}
+
+// fail wraps err with the VM's output.
+func (vm *VM) fail(err error) error {
+	return &Error{Err: err, Stderr: vm.stderr.String(), Console: vm.Tail(consoleTail)}
+}
+
+// Since is the time since QEMU started.
+func (vm *VM) Since() time.Duration { return time.Since(vm.started) }
+
+// Console returns everything the serial console has printed so far.
+func (vm *VM) Console() string { return vm.console.String() }
+
+// Tail returns the last n lines of the serial console.
+func (vm *VM) Tail(n int) string {
+	lines := strings.Split(strings.TrimRight(vm.console.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// WaitFor waits up to timeout for s to appear on the console after the
+// previous WaitFor's match, and returns the time since QEMU started. It
+// fails with an *Error if the timeout passes or QEMU exits first.
+func (vm *VM) WaitFor(s string, timeout time.Duration) (time.Duration, error) {
+	vm.opts.Logf("qemu: waiting up to %v for %q", timeout, s)
+	deadline := time.After(timeout)
+	for {
+		text, changed := vm.console.snapshot()
+		if i := strings.Index(text[vm.cursor:], s); i >= 0 {
+			vm.cursor += i + len(s)
+			t := vm.Since()
+			vm.opts.Logf("qemu: saw %q at %.1f s", s, t.Seconds())
+			return t, nil
+		}
+		select {
+		case <-changed:
+		case <-vm.exited:
+			if text, _ := vm.console.snapshot(); strings.Contains(text[vm.cursor:], s) {
+				continue
+			}
+			return 0, vm.fail(fmt.Errorf("qemu exited (%v) before the console showed %q", vm.err, s))
+		case <-deadline:
+			return 0, vm.fail(fmt.Errorf("console did not show %q within %v", s, timeout))
+		}
+	}
+}
+
+// Wait waits up to timeout (forever if timeout is 0) for QEMU to exit,
+// as it does when the guest powers off.
+func (vm *VM) Wait(timeout time.Duration) error {
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		vm.opts.Logf("qemu: waiting up to %v for the VM to power off", timeout)
+		deadline = time.After(timeout)
+	}
+	select {
+	case <-vm.exited:
+		if vm.err != nil {
+			return vm.fail(fmt.Errorf("qemu: %w", vm.err))
+		}
+		return nil
+	case <-deadline:
+		return vm.fail(fmt.Errorf("VM still running after %v", timeout))
+	}
+}
+
+// PowerOff presses the VM's ACPI power button and waits up to timeout for
+// it to power off.
+func (vm *VM) PowerOff(timeout time.Duration) error {
+	if err := vm.monitor("system_powerdown"); err != nil {
+		return err
+	}
+	return vm.Wait(timeout)
+}
+
+// CtrlAltDel sends Ctrl-Alt-Del to the VM's keyboard.
+func (vm *VM) CtrlAltDel() error {
+	return vm.monitor("sendkey ctrl-alt-delete")
+}
+
+// Kill stops QEMU at once, like pulling the plug, and waits for it.
+func (vm *VM) Kill() {
+	_ = vm.cmd.Process.Kill()
+	<-vm.exited
+}
+
+// monitor sends one command to QEMU's human monitor.
+func (vm *VM) monitor(command string) error {
+	c, err := net.DialTimeout("unix", vm.opts.monitorPath(), 5*time.Second)
+	if err != nil {
+		return vm.fail(fmt.Errorf("connecting to QEMU monitor: %w", err))
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "%s\n", command); err != nil {
+		return vm.fail(fmt.Errorf("sending %q to QEMU monitor: %w", command, err))
+	}
+	// Read until the command's echo, so it has been taken in before the
+	// connection closes.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var got []byte
+	buf := make([]byte, 512)
+	for !bytes.Contains(got, []byte(command)) {
+		n, err := c.Read(buf)
+		if err != nil {
+			return vm.fail(fmt.Errorf("QEMU monitor did not take %q: %w", command, err))
+		}
+		got = append(got, buf[:n]...)
+	}
+	return nil
+}
+
+// console collects the serial console and wakes waiters on each write.
+type console struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{}
+	tee     interface{ Write([]byte) (int, error) }
+}
+
+func newConsole(tee interface{ Write([]byte) (int, error) }) *console {
+	return &console{changed: make(chan struct{}), tee: tee}
+}
+
+func (c *console) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// The guest's serial line ends lines with CRLF.
+	c.buf.Write(bytes.ReplaceAll(p, []byte("\r\n"), []byte("\n")))
+	if c.tee != nil {
+		_, _ = c.tee.Write(p)
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	return len(p), nil
+}
+
+// close wakes the last waiters once QEMU has exited.
+func (c *console) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func (c *console) String() string {
+	s, _ := c.snapshot()
+	return s
+}
+
+// snapshot returns the console so far and a channel closed on the next
+// write.
+func (c *console) snapshot() (string, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String(), c.changed
+}
