@@ -7,7 +7,7 @@ OUT ?= out
 GO ?= go
 export BOROUGH_OUT := $(abspath $(OUT))
 
-.PHONY: image run test unit boot reproducible bench lint clean
+.PHONY: image run test unit boot check-image reproducible bench lint clean
 
 image:
 	OUT=$(OUT) ./build.sh
@@ -15,7 +15,7 @@ image:
 run: image
 	qemu/run.sh $(OUT)/borough.img
 
-test: lint unit boot reproducible
+test: lint unit boot check-image reproducible
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -28,6 +28,10 @@ unit:
 
 boot: image
 	$(GO) test -tags boot -count=1 -parallel 2 -timeout 20m -v ./boottest/
+
+# The image's GPT must satisfy sgdisk's checks.
+check-image: image
+	sgdisk -v $(OUT)/borough.img | tee /dev/stderr | grep -q 'No problems found'
 
 # Two builds from the same checkout must give byte-identical images.
 reproducible: image

@@ -11,23 +11,27 @@ import (
 
 // TestBoot boots the node on each disk interface. Every boot also checks
 // that process 1 reaps an orphaned grandchild, and that the ACPI power
-// button powers the node off cleanly; the virtio boot first reboots
-// through Ctrl-Alt-Del, which also shows that the VM's firmware state
-// survives a reboot.
+// button powers the node off cleanly. The virtio boot first reboots
+// through Ctrl-Alt-Del; the AHCI boot has a TPM (swtpm), which the kernel
+// must find.
 func TestBoot(t *testing.T) {
 	for _, tc := range []struct {
 		disk   qemu.Disk
 		device string
 		reboot bool
+		tpm    bool
 	}{
-		{qemu.DiskVirtio, "vda", true},
-		{qemu.DiskNVMe, "nvme0n1", false},
-		{qemu.DiskAHCI, "sda", false},
+		{disk: qemu.DiskVirtio, device: "vda", reboot: true},
+		{disk: qemu.DiskNVMe, device: "nvme0n1"},
+		{disk: qemu.DiskAHCI, device: "sda", tpm: true},
 	} {
 		t.Run(string(tc.disk), func(t *testing.T) {
 			t.Parallel()
 			img := nodeImage(t, cmdline.PoweroffOnFatal, cmdline.TestOrphan)
-			vm := boot(t, img, tc.disk)
+			vm := boot(t, qemu.Options{Image: img, Disk: tc.disk, TPM: tc.tpm})
+			if tc.tpm {
+				expect(t, vm, bootTimeout, "tpm_tis MSFT0101:00: 2.0 TPM")
+			}
 			expect(t, vm, bootTimeout, "borough: init started")
 			expect(t, vm, stepTimeout, "borough: disk name="+tc.device+" size=1.0GiB",
 				"borough: power: watching power button")
@@ -52,7 +56,7 @@ func TestBoot(t *testing.T) {
 func TestFatal(t *testing.T) {
 	t.Parallel()
 	img := nodeImage(t, cmdline.PoweroffOnFatal, cmdline.TestFatal+"=disk-on-fire")
-	vm := boot(t, img, qemu.DiskVirtio)
+	vm := boot(t, qemu.Options{Image: img})
 	expect(t, vm, bootTimeout, "borough: init started")
 	expect(t, vm, stepTimeout,
 		"borough: error: fatal: testhook: "+cmdline.TestFatal+": disk-on-fire",

@@ -74,15 +74,13 @@ func nodeImage(t testing.TB, params ...string) string {
 	return buildImage(t, read(t, filepath.Join(outDir(t), "initramfs.cpio.zst")), params...)
 }
 
-// boot starts a VM from img and kills it when the test ends.
-func boot(t testing.TB, img string, disk qemu.Disk) *qemu.VM {
+// boot starts a VM with a fresh state directory and progress logged to
+// the test, and kills it when the test ends.
+func boot(t testing.TB, opts qemu.Options) *qemu.VM {
 	t.Helper()
-	vm, err := qemu.Start(context.Background(), qemu.Options{
-		Image:    img,
-		StateDir: filepath.Join(t.TempDir(), "vm"),
-		Disk:     disk,
-		Logf:     t.Logf,
-	})
+	opts.StateDir = filepath.Join(t.TempDir(), "vm")
+	opts.Logf = t.Logf
+	vm, err := qemu.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
