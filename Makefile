@@ -31,7 +31,8 @@ boot: image
 
 # The image's GPT must satisfy sgdisk's checks.
 check-image: image
-	sgdisk -v $(OUT)/borough.img | tee /dev/stderr | grep -q 'No problems found'
+	@report=$$(sgdisk -v $(OUT)/borough.img); echo "$$report"; \
+		grep -q 'No problems found' <<<"$$report"
 
 # Two builds from the same checkout must give byte-identical images.
 reproducible: image
