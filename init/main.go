@@ -4,10 +4,12 @@
 // starts this same binary again as the node process ("/init node") and
 // reaps orphans until the node process ends. The node process mounts the
 // pseudo-filesystems, opens every console for the log, reads the kernel
-// command line once, and runs the node's services under a supervisor until
-// a service fails fatally or a power-off or reboot is requested (power
-// button, SIGTERM, or Ctrl-Alt-Del as SIGINT). It then stops the services,
-// syncs, and exits with the code that tells process 1 what to do.
+// command line once, mounts the ESP and the encrypted data volume
+// (internal/storage), and runs the node's services under a supervisor
+// until a service fails fatally or a power-off or reboot is requested
+// (power button, SIGTERM, or Ctrl-Alt-Del as SIGINT). It then stops the
+// services, unmounts storage, syncs, and exits with the code that tells
+// process 1 what to do.
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +26,7 @@ import (
 	"github.com/borough-os/borough/internal/blockdev"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/console"
+	"github.com/borough-os/borough/internal/fwcfg"
 	"github.com/borough-os/borough/internal/pid1"
 	"github.com/borough-os/borough/internal/pseudofs"
 	"github.com/borough-os/borough/internal/supervisor"
@@ -65,18 +69,41 @@ func main() {
 func node() int {
 	log := slog.New(console.NewHandler(os.Stderr))
 	if err := pseudofs.MountAll(); err != nil {
-		log.Error("fatal: mounting pseudo-filesystems: " + err.Error())
-		return pid1.ExitFatal
+		return fatal(log, fmt.Errorf("mounting pseudo-filesystems: %w", err))
 	}
 	log = slog.New(console.NewHandler(console.Open(os.Stderr)))
 	params, err := cmdline.Read()
 	if err != nil {
-		log.Error("fatal: " + err.Error())
-		return pid1.ExitFatal
+		return fatal(log, err)
+	}
+	if b, err := fwcfg.Read(fwcfg.TestCmdline); err == nil {
+		if ignored := params.MergeTest(string(b)); len(ignored) > 0 {
+			log.Warn("ignoring parameters in fw_cfg that are not test parameters", "params", strings.Join(ignored, ","))
+		}
 	}
 	log.Info("init started")
 	logDisks(log)
-	return run(log, params)
+	st, err := mountStorage(log, params)
+	if err != nil {
+		return fatal(log, err)
+	}
+	if err := testMarker(log, params); err != nil {
+		return fatal(log, err)
+	}
+	code := run(log, params)
+	if err := st.Close(); err != nil {
+		log.Warn("unmounting storage", "err", err)
+	}
+	unix.Sync()
+	return code
+}
+
+// fatal prints the reason the node cannot go on and returns the exit code
+// that makes process 1 reboot (or power off).
+func fatal(log *slog.Logger, err error) int {
+	log.Error("fatal: " + err.Error())
+	unix.Sync()
+	return pid1.ExitFatal
 }
 
 func logDisks(log *slog.Logger) {
@@ -108,9 +135,7 @@ func run(log *slog.Logger, params cmdline.Params) int {
 
 	select {
 	case err := <-result:
-		log.Error("fatal: " + err.Error())
-		unix.Sync()
-		return pid1.ExitFatal
+		return fatal(log, err)
 	case code := <-requests:
 		log.Info("stopping services")
 		cancel()
@@ -119,7 +144,6 @@ func run(log *slog.Logger, params cmdline.Params) int {
 		case <-time.After(stopTimeout):
 			log.Warn("services did not stop in time", "timeout", stopTimeout)
 		}
-		unix.Sync()
 		return code
 	}
 }

@@ -5,13 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 )
 
@@ -81,4 +84,49 @@ func orphaner() {
 		os.Exit(1)
 	}
 	fmt.Println(cmd.Process.Pid)
+}
+
+// pauseHook returns the storage Pause function for cmdline.TestPause: at
+// the named first-boot step it stops for good, for a test to kill the VM.
+func pauseHook(log *slog.Logger, params cmdline.Params) func(string) {
+	want, ok := params[cmdline.TestPause]
+	if !ok {
+		return nil
+	}
+	return func(step string) {
+		if step == want {
+			log.Info("test: paused after storage step " + step)
+			select {}
+		}
+	}
+}
+
+// testMarker implements cmdline.TestMarker on the mounted data volume.
+func testMarker(log *slog.Logger, params cmdline.Params) error {
+	value, ok := params[cmdline.TestMarker]
+	if !ok {
+		return nil
+	}
+	path := filepath.Join(storage.DataRoot, "marker")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && value != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if _, err := f.WriteString(value); err != nil {
+			f.Close()
+			return err
+		}
+		if err := errors.Join(f.Sync(), f.Close()); err != nil {
+			return err
+		}
+		log.Info("test: wrote marker")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		log.Info("test: no marker", "err", err)
+		return nil
+	}
+	log.Info("test: marker=" + string(b))
+	return nil
 }

@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/borough-os/borough/internal/fwcfg"
 )
 
 // Disk is how the image is attached to the VM.
@@ -41,10 +43,6 @@ const (
 	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
 	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 )
-
-// FwCfgEnrolment is the fw_cfg name under which Options.FwCfg appears in
-// the guest (/sys/firmware/qemu_fw_cfg/by_name/opt/borough/enrolment).
-const FwCfgEnrolment = "opt/borough/enrolment"
 
 // Forward forwards a TCP port on the host's loopback to a guest port.
 type Forward struct {
@@ -67,8 +65,12 @@ type Options struct {
 	CPUs int
 	// TPM attaches a TPM 2.0 (swtpm) whose state lives in StateDir.
 	TPM bool
-	// FwCfg, if set, is a file exposed to the guest as FwCfgEnrolment.
+	// FwCfg, if set, is a file exposed to the guest as fw_cfg
+	// fwcfg.Enrolment.
 	FwCfg string
+	// TestParams, if set, are borough.test.* kernel parameters passed for
+	// this boot only, through fw_cfg fwcfg.TestCmdline.
+	TestParams string
 	// Network attaches a virtio NIC on QEMU's user-mode network. It is
 	// implied by Forwards.
 	Network bool
@@ -148,7 +150,14 @@ func (o *Options) args(accel string) ([]string, error) {
 		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0")
 	}
 	if o.FwCfg != "" {
-		args = append(args, "-fw_cfg", "name="+FwCfgEnrolment+",file="+o.FwCfg)
+		args = append(args, "-fw_cfg", "name="+fwcfg.Enrolment+",file="+o.FwCfg)
+	}
+	if o.TestParams != "" {
+		path := filepath.Join(o.StateDir, "test-cmdline")
+		if err := os.WriteFile(path, []byte(o.TestParams), 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, "-fw_cfg", "name="+fwcfg.TestCmdline+",file="+path)
 	}
 	if o.TPM {
 		args = append(args,

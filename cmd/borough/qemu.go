@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/borough-os/borough/internal/fwcfg"
 	"github.com/borough-os/borough/qemu"
 )
 
@@ -38,7 +39,7 @@ state live in --state (default IMAGE.vm/) and are kept across boots.`,
 	c.Flags().IntVar(&f.opts.MemoryMiB, "mem", 1024, "memory in MiB")
 	c.Flags().IntVar(&f.opts.CPUs, "cpus", 1, "virtual CPUs")
 	c.Flags().BoolVar(&f.opts.TPM, "tpm", false, "attach a TPM 2.0 (swtpm), state kept in --state")
-	c.Flags().StringVar(&f.opts.FwCfg, "fw-cfg", "", "file exposed to the guest as fw_cfg "+qemu.FwCfgEnrolment)
+	c.Flags().StringVar(&f.opts.FwCfg, "fw-cfg", "", "file exposed to the guest as fw_cfg "+fwcfg.Enrolment)
 	c.Flags().BoolVar(&f.opts.Network, "net", false, "attach a NIC on QEMU's user-mode network")
 	c.Flags().StringSliceVar(&f.forwards, "forward", nil, "forward HOSTPORT:GUESTPORT from 127.0.0.1 (repeatable)")
 	return c

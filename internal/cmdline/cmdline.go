@@ -5,6 +5,7 @@ package cmdline
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -19,6 +20,16 @@ const (
 	// TestOrphan makes init start a process that leaves an orphaned
 	// grandchild behind, and report whether PID 1 reaped it.
 	TestOrphan = "borough.test.orphan"
+	// TestPause makes first boot stop for good after the storage step
+	// named by its value, so that a test can crash the machine there.
+	TestPause = "borough.test.pause"
+	// TestMarker makes init report /data/marker's contents after
+	// mounting /data and, if the file is missing and the parameter has a
+	// value, write the value there first.
+	TestMarker = "borough.test.marker"
+	// TestPrefix starts every test parameter. Only these may come from
+	// outside the kernel command line (MergeTest).
+	TestPrefix = "borough.test."
 )
 
 // Params is a parsed command line. A parameter without '=' maps to "".
@@ -72,6 +83,21 @@ func split(s string) []string {
 		fields = append(fields, cur.String())
 	}
 	return fields
+}
+
+// MergeTest adds the borough.test.* parameters of the command line s to
+// p, overriding p's, and returns the names of those it ignored. Boot tests
+// pass such parameters per boot through QEMU's fw_cfg.
+func (p Params) MergeTest(s string) (ignored []string) {
+	for key, value := range Parse(s) {
+		if !strings.HasPrefix(key, TestPrefix) {
+			ignored = append(ignored, key)
+			continue
+		}
+		p[key] = value
+	}
+	sort.Strings(ignored)
+	return ignored
 }
 
 // Has reports whether the parameter is present, with or without a value.

@@ -36,3 +36,15 @@ func TestHas(t *testing.T) {
 		}
 	}
 }
+
+func TestMergeTest(t *testing.T) {
+	p := Parse("console=ttyS0 borough.test.marker=a")
+	ignored := p.MergeTest("borough.test.marker=b borough.test.pause=mkfs console=tty0 init=/bin/sh")
+	want := Params{"console": "ttyS0", TestMarker: "b", TestPause: "mkfs"}
+	if diff := cmp.Diff(want, p); diff != "" {
+		t.Errorf("merged (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"console", "init"}, ignored); diff != "" {
+		t.Errorf("ignored (-want +got):\n%s", diff)
+	}
+}

@@ -98,7 +98,7 @@ func TestHeaderVolumeKey(t *testing.T) {
 // disk is an in-memory partition.
 type disk []byte
 
-func (d disk) ReadAt(p []byte, off int64) (int, error) { return copy(p, d[off:]), nil }
+func (d disk) ReadAt(p []byte, off int64) (int, error)  { return copy(p, d[off:]), nil }
 func (d disk) WriteAt(p []byte, off int64) (int, error) { return copy(d[off:], p), nil }
 func (d disk) Sync() error                              { return nil }
 

@@ -1,0 +1,210 @@
+//go:build boot
+
+package boottest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/diskfs/go-diskfs/partition/gpt"
+
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/partition"
+	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/qemu"
+)
+
+const (
+	created  = "borough: storage: data volume created and mounted"
+	unlocked = "borough: storage: data volume unlocked and mounted"
+	ready    = "borough: power: watching power button"
+)
+
+// marker is written to /data on first boot; it must never appear in the
+// image's raw bytes.
+const marker = "BOROUGH-PLAINTEXT-MARKER-5f3a9c"
+
+func powerOff(t *testing.T, vm *qemu.VM) {
+	t.Helper()
+	if err := vm.PowerOff(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStorage: without a TPM, first boot creates the volume (and warns
+// that the key is in clear), a marker written to /data is read back after
+// a reboot, and the image never holds the marker in clear.
+func TestStorage(t *testing.T) {
+	t.Parallel()
+	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	state := t.TempDir()
+	vm := boot(t, qemu.Options{Image: img, StateDir: state, TestParams: cmdline.TestMarker + "=" + marker})
+	expect(t, vm, bootTimeout, "borough: init started", "borough: no TPM found")
+	expect(t, vm, stepTimeout, "the local unlock key is stored IN CLEAR", created,
+		"borough: test: wrote marker", "borough: test: marker="+marker, ready)
+	powerOff(t, vm)
+	expectNotInImage(t, img, marker)
+
+	vm = boot(t, qemu.Options{Image: img, StateDir: state, TestParams: cmdline.TestMarker})
+	expect(t, vm, bootTimeout, unlocked, "borough: test: marker="+marker, ready)
+	powerOff(t, vm)
+}
+
+// TestStorageTPM: with a TPM the key is sealed, a reboot with the same TPM
+// unlocks, and a boot with another TPM stops with the reason and leaves
+// the data partition as it was.
+func TestStorageTPM(t *testing.T) {
+	t.Parallel()
+	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	state := t.TempDir()
+	vm := boot(t, qemu.Options{Image: img, StateDir: state, TPM: true, TestParams: cmdline.TestMarker + "=" + marker})
+	expect(t, vm, bootTimeout, "borough: TPM 2.0 found")
+	expect(t, vm, stepTimeout, created, "borough: test: marker="+marker, ready)
+	if strings.Contains(vm.Console(), "IN CLEAR") {
+		t.Error("with a TPM, the node still stored the key in clear")
+	}
+	powerOff(t, vm)
+
+	vm = boot(t, qemu.Options{Image: img, StateDir: state, TPM: true, TestParams: cmdline.TestMarker})
+	expect(t, vm, bootTimeout, unlocked, "borough: test: marker="+marker, ready)
+	powerOff(t, vm)
+	expectNotInImage(t, img, marker)
+
+	before := dataHash(t, img)
+	vm = boot(t, qemu.Options{Image: img, TPM: true})
+	expect(t, vm, bootTimeout, "borough: error: fatal: unsealing the local unlock key",
+		"this disk was set up on another machine", "borough: powering off")
+	if err := vm.Wait(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if dataHash(t, img) != before {
+		t.Error("the failed boot with another TPM changed the data partition")
+	}
+}
+
+// TestStorageCrash kills the VM after each first-boot step; the next boot
+// must end with a mounted volume, formatting afresh only if the header was
+// not yet committed, and never once it was.
+func TestStorageCrash(t *testing.T) {
+	for _, tc := range []struct {
+		step string
+		want []string
+	}{
+		{storage.StepKeys, []string{created}},
+		{storage.StepIntent, []string{"formatting it afresh", created}},
+		{storage.StepMkfs, []string{"formatting it afresh", created}},
+		{storage.StepHeader, []string{unlocked}},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
+			t.Parallel()
+			img := nodeImage(t, cmdline.PoweroffOnFatal)
+			state := t.TempDir()
+			vm := boot(t, qemu.Options{Image: img, StateDir: state, TestParams: cmdline.TestPause + "=" + tc.step})
+			expect(t, vm, bootTimeout, "borough: test: paused after storage step "+tc.step)
+			vm.Kill()
+
+			vm = boot(t, qemu.Options{Image: img, StateDir: state, TestParams: cmdline.TestMarker + "=" + marker})
+			expect(t, vm, bootTimeout, tc.want...)
+			expect(t, vm, stepTimeout, "borough: test: marker="+marker, ready)
+			if tc.step == storage.StepHeader && strings.Contains(vm.Console(), created) {
+				t.Error("the volume was formatted again after its header was committed")
+			}
+			powerOff(t, vm)
+		})
+	}
+}
+
+// TestStorageGrow boots an image written to a 4 GiB disk: the data
+// partition must grow to the end, with a valid GPT.
+func TestStorageGrow(t *testing.T) {
+	t.Parallel()
+	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	if err := os.Truncate(img, 4<<30); err != nil {
+		t.Fatal(err)
+	}
+	vm := boot(t, qemu.Options{Image: img})
+	expect(t, vm, bootTimeout, "borough: storage: grew data partition to fill the disk size=3.9GiB", created, ready)
+	powerOff(t, vm)
+
+	out, err := exec.Command("sgdisk", "-v", img).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "No problems found") {
+		t.Errorf("sgdisk -v after growing: %v\n%s", err, out)
+	}
+	data := dataPartition(t, img)
+	if end := int64(data.End+1) * 512; end < 4<<30-2<<20 {
+		t.Errorf("data partition ends at %d bytes, want within 2 MiB of 4 GiB", end)
+	}
+}
+
+// dataPartition reads the image's GPT and returns the data partition.
+func dataPartition(t *testing.T, img string) *gpt.Partition {
+	t.Helper()
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	table, err := gpt.Read(f, 512, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range table.Partitions {
+		if strings.EqualFold(string(p.Type), partition.DataType) {
+			return p
+		}
+	}
+	t.Fatal("image has no data partition")
+	return nil
+}
+
+// dataHash hashes the image's data partition.
+func dataHash(t *testing.T, img string) [32]byte {
+	t.Helper()
+	p := dataPartition(t, img)
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, int64(p.Start)*512, int64(p.End-p.Start+1)*512)); err != nil {
+		t.Fatal(err)
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+// expectNotInImage fails if s appears anywhere in the image's bytes.
+func expectNotInImage(t *testing.T, img, s string) {
+	t.Helper()
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 8<<20)
+	var tail []byte
+	for {
+		n, err := f.Read(buf)
+		chunk := append(tail, buf[:n]...)
+		if bytes.Contains(chunk, []byte(s)) {
+			t.Fatalf("the image %s holds %q in clear", filepath.Base(img), s)
+		}
+		if len(chunk) >= len(s) {
+			tail = append([]byte{}, chunk[len(chunk)-len(s)+1:]...)
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

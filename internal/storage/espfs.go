@@ -1,0 +1,77 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/borough-os/borough/esp"
+)
+
+// ESPRoot is where the node mounts the ESP.
+const ESPRoot = "/esp"
+
+// mountESP mounts the ESP vfat, without devices, set-uid or executables.
+func mountESP(dev string) error {
+	if err := os.MkdirAll(ESPRoot, 0o700); err != nil {
+		return err
+	}
+	err := unix.Mount(dev, ESPRoot, "vfat", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, "umask=0077,shortname=mixed")
+	if err != nil {
+		return &os.PathError{Op: "mount vfat " + dev, Path: ESPRoot, Err: err}
+	}
+	return nil
+}
+
+// readESP reads f from the mounted ESP; a missing file is os.ErrNotExist.
+func readESP(f esp.File) ([]byte, error) {
+	return os.ReadFile(f.In(ESPRoot))
+}
+
+// writeESP writes f on the mounted ESP atomically and durably: a temporary
+// file, fsync, rename over f, fsync of the directory. After a crash, f
+// holds either the old or the new contents.
+func writeESP(f esp.File, data []byte) error {
+	path := f.In(ESPRoot)
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("writing %s: %w", f, err)
+	}
+	tmp := path + ".tmp"
+	if err := writeSynced(tmp, data); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", f, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", f, err)
+	}
+	return syncDir(dir)
+}
+
+func writeSynced(path string, data []byte) (err error) {
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, w.Close()) }()
+	if _, err := w.Write(data); err != nil {
+		return err
+	}
+	return w.Sync()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+
+	"github.com/diskfs/go-diskfs/partition/gpt"
+
+	"github.com/borough-os/borough/internal/blockdev"
+	"github.com/borough-os/borough/internal/partition"
+)
+
+// loaderDevicePartUUID is set by systemd's stub (and systemd-boot) to the
+// GPT partition GUID of the ESP the firmware loaded it from.
+const loaderDevicePartUUID = "LoaderDevicePartUUID-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
+
+// Disk is the boot disk and its two Borough partitions.
+type Disk struct {
+	// Name is the disk's kernel name, e.g. "vda"; Path its device node.
+	Name, Path string
+	// Size is the disk's size in bytes.
+	Size int64
+	// Table is the disk's GPT.
+	Table *gpt.Table
+	// ESP and Data are the partitions' device nodes.
+	ESP, Data string
+	// DataIndex is the data partition's number in the GPT (from 1).
+	DataIndex int
+}
+
+// bootESP returns the partition GUID of the ESP the machine booted from,
+// or "" when the firmware or boot loader did not say.
+func bootESP(efivars string) string {
+	b, err := os.ReadFile(filepath.Join(efivars, loaderDevicePartUUID))
+	if err != nil || len(b) < 4 {
+		return ""
+	}
+	// 4 bytes of attributes, then a NUL-terminated UTF-16LE string.
+	b = b[4:]
+	u := make([]uint16, 0, len(b)/2)
+	for i := 0; i+1 < len(b); i += 2 {
+		c := uint16(b[i]) | uint16(b[i+1])<<8
+		if c == 0 {
+			break
+		}
+		u = append(u, c)
+	}
+	return strings.ToUpper(string(utf16.Decode(u)))
+}
+
+// FindDisk finds the boot disk: the disk holding the ESP named by
+// LoaderDevicePartUUID, or else the only disk with a Borough data
+// partition. sysRoot and devRoot are normally /sys and /dev; efivars is
+// where efivarfs is mounted.
+func FindDisk(sysRoot, devRoot, efivars string) (*Disk, error) {
+	disks, err := blockdev.List(sysRoot)
+	if err != nil {
+		return nil, err
+	}
+	want := bootESP(efivars)
+	var candidates []*Disk
+	for _, d := range disks {
+		table, err := readGPT(filepath.Join(devRoot, d.Name))
+		if err != nil {
+			continue // not a GPT disk
+		}
+		disk := &Disk{Name: d.Name, Path: filepath.Join(devRoot, d.Name), Size: d.Size, Table: table}
+		if want != "" && hasPartition(table, func(p *gpt.Partition) bool { return strings.EqualFold(p.GUID, want) }) {
+			return disk.resolve(sysRoot, devRoot)
+		}
+		if hasPartition(table, isType(partition.DataType)) {
+			candidates = append(candidates, disk)
+		}
+	}
+	switch {
+	case len(candidates) == 1:
+		return candidates[0].resolve(sysRoot, devRoot)
+	case len(candidates) == 0 && want != "":
+		return nil, fmt.Errorf("no disk holds the boot ESP %s (LoaderDevicePartUUID) or a Borough data partition", want)
+	case len(candidates) == 0:
+		return nil, errors.New("no disk has a Borough data partition")
+	default:
+		var names []string
+		for _, c := range candidates {
+			names = append(names, c.Name)
+		}
+		return nil, fmt.Errorf("the firmware did not name the boot ESP, and several disks have a Borough data partition (%s): remove all but one", strings.Join(names, ", "))
+	}
+}
+
+func readGPT(path string) (*gpt.Table, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return gpt.Read(f, 512, 512)
+}
+
+func isType(t string) func(*gpt.Partition) bool {
+	return func(p *gpt.Partition) bool { return strings.EqualFold(string(p.Type), t) }
+}
+
+func hasPartition(t *gpt.Table, match func(*gpt.Partition) bool) bool {
+	for _, p := range t.Partitions {
+		if match(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// resolve finds the ESP and data partitions on d and their device nodes.
+func (d *Disk) resolve(sysRoot, devRoot string) (*Disk, error) {
+	esp, err := only(d, partition.ESPType, "EFI system partition")
+	if err != nil {
+		return nil, err
+	}
+	data, err := only(d, partition.DataType, "Borough data partition")
+	if err != nil {
+		return nil, err
+	}
+	d.DataIndex = data.Index
+	if d.ESP, err = partitionNode(sysRoot, devRoot, d.Name, esp.Index); err != nil {
+		return nil, err
+	}
+	if d.Data, err = partitionNode(sysRoot, devRoot, d.Name, data.Index); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func only(d *Disk, typ, what string) (*gpt.Partition, error) {
+	var found []*gpt.Partition
+	for _, p := range d.Table.Partitions {
+		if isType(typ)(p) {
+			found = append(found, p)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return nil, fmt.Errorf("boot disk %s has no %s (type %s)", d.Name, what, typ)
+	default:
+		return nil, fmt.Errorf("boot disk %s has %d partitions of type %s (%s); want one", d.Name, len(found), typ, what)
+	}
+}
+
+// partitionNode finds partition number index of disk in sysfs, which
+// knows its name (vda2, nvme0n1p2, sda2).
+func partitionNode(sysRoot, devRoot, disk string, index int) (string, error) {
+	entries, err := os.ReadDir(filepath.Join(sysRoot, "block", disk))
+	if err != nil {
+		return "", fmt.Errorf("listing partitions of %s: %w", disk, err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(sysRoot, "block", disk, e.Name(), "partition"))
+		if err != nil {
+			continue
+		}
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n == index {
+			return filepath.Join(devRoot, e.Name()), nil
+		}
+	}
+	return "", fmt.Errorf("the kernel has no partition %d on %s", index, disk)
+}

@@ -1,0 +1,348 @@
+// Package storage brings up the node's storage at boot: it finds the boot
+// disk, mounts the ESP, and turns the data partition into an encrypted
+// ext4 filesystem at /data on first boot, or unlocks and mounts it on every
+// later boot.
+//
+// The data volume's format is package crypt's. Its key needs two unlock
+// keys: the local unlock key (LUK), kept on the ESP and sealed to the TPM
+// when there is one, and the cluster unlock key (CUK), which the caller
+// supplies through ClusterKeys (until the cluster keeps it, an Escrow on
+// the ESP). Someone who takes the disk learns nothing without both; with a
+// TPM, the LUK opens only on this machine, in this boot state.
+//
+// What storage never does, whatever it is told: format a partition that
+// holds a Borough volume, a damaged one, or anyone else's data. First boot
+// happens only on an empty data partition or on one whose first boot
+// crashed before committing the volume header (crypt.Probe). Any failure
+// on a later boot stops the node with the reason and writes nothing to the
+// data partition.
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/crypt"
+	"github.com/borough-os/borough/internal/tpm"
+)
+
+const (
+	// DataRoot is where the data volume is mounted.
+	DataRoot = "/data"
+	// mapName is the data volume's device-mapper name.
+	mapName = "borough-data"
+	mke2fs  = "/sbin/mke2fs"
+	e2fsck  = "/sbin/e2fsck"
+)
+
+// Steps after which Config.Pause is called on first boot.
+const (
+	StepKeys   = "keys"   // unlock keys stored on the ESP
+	StepIntent = "intent" // intent record written
+	StepMkfs   = "mkfs"   // volume mapped and formatted
+	StepHeader = "header" // header committed
+)
+
+// Config is what Mount needs.
+type Config struct {
+	// TPM is the machine's TPM, or nil if it has none.
+	TPM *tpm.TPM
+	// Policy says whether the TPM must be used.
+	Policy TPMPolicy
+	// ClusterKeys supplies the CUK; nil means an Escrow on the ESP.
+	ClusterKeys ClusterKeys
+	// Pause, if set, is called after each first-boot step (Step*), for
+	// tests that crash the machine there.
+	Pause func(step string)
+	// Log receives progress.
+	Log *slog.Logger
+}
+
+// Storage is the node's mounted storage.
+type Storage struct {
+	Disk *Disk
+	// FirstBoot is true if Mount created the data volume.
+	FirstBoot bool
+}
+
+// Mount finds, unlocks (or on first boot creates) and mounts the node's
+// storage: the ESP at ESPRoot and the data volume at DataRoot.
+func Mount(cfg Config) (*Storage, error) {
+	if cfg.Pause == nil {
+		cfg.Pause = func(string) {}
+	}
+	k := keeper{tpm: cfg.TPM, policy: cfg.Policy}
+	switch {
+	case cfg.Policy == TPMRequired && cfg.TPM == nil:
+		return nil, errors.New("the storage policy requires a TPM, and this machine has none")
+	case cfg.Policy == TPMDisabled:
+		k.tpm = nil
+	}
+	if cfg.ClusterKeys == nil {
+		cfg.ClusterKeys = Escrow{k: k}
+	}
+
+	disk, err := FindDisk("/sys", "/dev", "/sys/firmware/efi/efivars")
+	if err != nil {
+		return nil, fmt.Errorf("finding boot disk: %w", err)
+	}
+	cfg.Log.Info("boot disk", "disk", disk.Path, "esp", disk.ESP, "data", disk.Data)
+	state, header, err := probe(disk.Data)
+	if err != nil {
+		return nil, err
+	}
+	s := &Storage{Disk: disk}
+	switch state {
+	case crypt.StateEmpty, crypt.StateFormatting:
+		s.FirstBoot = true
+		err = s.create(cfg, k, state)
+	case crypt.StateFormatted:
+		err = s.unlock(cfg, k, header)
+	case crypt.StateForeign:
+		err = fmt.Errorf("data partition %s holds data that is not a Borough volume; refusing to format it. "+
+			"If it may be erased, zero its first 2 MiB (dd if=/dev/zero of=PARTITION bs=1M count=2) and boot again", disk.Data)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func probe(dev string) (crypt.State, *crypt.Header, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return 0, nil, fmt.Errorf("opening data partition: %w", err)
+	}
+	defer f.Close()
+	state, h, err := crypt.Probe(f)
+	if err != nil {
+		return state, nil, fmt.Errorf("data partition %s: %w; not touching it. Recover it with both unlock keys (README: Recovery)", dev, err)
+	}
+	return state, h, nil
+}
+
+// create makes a new data volume.
+func (s *Storage) create(cfg Config, k keeper, state crypt.State) error {
+	log := cfg.Log
+	if state == crypt.StateFormatting {
+		log.Warn("the previous first boot stopped before the data volume was complete; formatting it afresh")
+	}
+	if size, err := grow(s.Disk); err != nil {
+		return err
+	} else if size > 0 {
+		log.Info("grew data partition to fill the disk", "size", fmt.Sprintf("%.1fGiB", float64(size)/(1<<30)))
+	}
+	if err := mountESP(s.Disk.ESP); err != nil {
+		return err
+	}
+	if k.tpm == nil {
+		log.Warn("NO TPM: the local unlock key is stored IN CLEAR on the ESP; anyone with this disk can read the data volume")
+	}
+	luk, err := k.newKey()
+	if err != nil {
+		return fmt.Errorf("making local unlock key: %w", err)
+	}
+	if err := k.store(esp.SealedLocalKey, luk); err != nil {
+		return err
+	}
+	cuk, err := cfg.ClusterKeys.New()
+	if err != nil {
+		return fmt.Errorf("making cluster unlock key: %w", err)
+	}
+	cfg.Pause(StepKeys)
+
+	header, err := crypt.NewHeader(luk, cuk)
+	if err != nil {
+		return err
+	}
+	key, err := header.VolumeKey(luk, cuk)
+	if err != nil {
+		return err
+	}
+	defer clear(key)
+	if err := withPartition(s.Disk.Data, crypt.WriteIntent); err != nil {
+		return err
+	}
+	cfg.Pause(StepIntent)
+
+	start := time.Now()
+	dev, err := s.mapVolume(key)
+	if err != nil {
+		return err
+	}
+	mapped := time.Now()
+	if err := run(log, mke2fs, "-t", "ext4", "-q", "-F", "-L", "borough-data", dev); err != nil {
+		return fmt.Errorf("formatting data volume: %w", err)
+	}
+	formatted := time.Now()
+	cfg.Pause(StepMkfs)
+
+	if err := withPartition(s.Disk.Data, func(w crypt.Syncer) error { return crypt.WriteHeader(w, header) }); err != nil {
+		return err
+	}
+	cfg.Pause(StepHeader)
+	if err := mountData(dev); err != nil {
+		return err
+	}
+	log.Info("data volume created and mounted", "path", DataRoot, "tpm", k.tpm != nil,
+		"map", mapped.Sub(start).Round(time.Millisecond), "mkfs", formatted.Sub(mapped).Round(time.Millisecond),
+		"mount", time.Since(formatted).Round(time.Millisecond))
+	return nil
+}
+
+// unlock opens and mounts the existing data volume.
+func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) error {
+	if err := mountESP(s.Disk.ESP); err != nil {
+		return err
+	}
+	start := time.Now()
+	luk, err := k.load(esp.SealedLocalKey)
+	if err != nil {
+		return explainKeyError("local unlock key", err)
+	}
+	cuk, err := cfg.ClusterKeys.Get()
+	if err != nil {
+		return explainKeyError("cluster unlock key", err)
+	}
+	key, err := header.VolumeKey(luk, cuk)
+	if err != nil {
+		return fmt.Errorf("unlocking data volume: %w: the keys on this ESP belong to another volume. "+
+			"Put the disk's own ESP back, or recover the volume with its keys (README: Recovery)", err)
+	}
+	defer clear(key)
+	unsealed := time.Now()
+	dev, err := s.mapVolume(key)
+	if err != nil {
+		return err
+	}
+	mapped := time.Now()
+	if err := fsck(cfg.Log, dev); err != nil {
+		return err
+	}
+	checked := time.Now()
+	if err := mountData(dev); err != nil {
+		return err
+	}
+	cfg.Log.Info("data volume unlocked and mounted", "path", DataRoot,
+		"unseal", unsealed.Sub(start).Round(time.Millisecond), "map", mapped.Sub(unsealed).Round(time.Millisecond),
+		"fsck", checked.Sub(mapped).Round(time.Millisecond), "mount", time.Since(checked).Round(time.Millisecond))
+	return nil
+}
+
+// explainKeyError says what a key failure means and what to do.
+func explainKeyError(what string, err error) error {
+	switch {
+	case errors.Is(err, tpm.ErrWrongTPM):
+		return fmt.Errorf("unsealing the %s: %w: this disk was set up on another machine, or this machine's TPM was cleared. "+
+			"Move the disk back, or recover the volume with both unlock keys (README: Recovery)", what, err)
+	case errors.Is(err, tpm.ErrPolicy):
+		return fmt.Errorf("unsealing the %s: %w: the boot binary or Secure Boot state changed since the key was sealed (PCRs 4 and 7). "+
+			"Boot the previous boot binary, or recover the volume with both unlock keys (README: Recovery)", what, err)
+	case errors.Is(err, ErrNoTPMForKey):
+		return fmt.Errorf("reading the %s: %w: enable the TPM in the firmware, or move the disk back to its machine", what, err)
+	default:
+		return fmt.Errorf("reading the %s: %w", what, err)
+	}
+}
+
+// mapVolume maps the data volume with key.
+func (s *Storage) mapVolume(key []byte) (string, error) {
+	sectors, err := partitionSectors(s.Disk.Data)
+	if err != nil {
+		return "", err
+	}
+	dev, err := crypt.Map(mapName, s.Disk.Data, sectors, key)
+	if err != nil {
+		return "", fmt.Errorf("mapping data volume: %w", err)
+	}
+	return dev, nil
+}
+
+func partitionSectors(dev string) (uint64, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	size, err := unix.IoctlGetUint64(int(f.Fd()), unix.BLKGETSIZE64)
+	if err != nil {
+		return 0, fmt.Errorf("reading size of %s: %w", dev, err)
+	}
+	return size / 512, nil
+}
+
+// withPartition opens the data partition for writing and calls fn on it.
+func withPartition(dev string, fn func(crypt.Syncer) error) error {
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("opening data partition: %w", err)
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// fsck checks the volume's filesystem and repairs what is safe to repair.
+func fsck(log *slog.Logger, dev string) error {
+	err := run(log, e2fsck, "-p", dev)
+	var exit *exec.ExitError
+	// 1: errors corrected; 2: corrected, reboot advised (root fs only).
+	if errors.As(err, &exit) && (exit.ExitCode() == 1 || exit.ExitCode() == 2) {
+		log.Warn("e2fsck corrected errors on the data volume")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checking data volume: %w: it needs a manual e2fsck (README: Recovery)", err)
+	}
+	return nil
+}
+
+func mountData(dev string) error {
+	if err := os.MkdirAll(DataRoot, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Mount(dev, DataRoot, "ext4", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+		return &os.PathError{Op: "mount ext4 " + dev, Path: DataRoot, Err: err}
+	}
+	return nil
+}
+
+// run runs a tool, logging its output, and returns its error with the
+// output's last line.
+func run(log *slog.Logger, name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	text := strings.TrimSpace(string(out))
+	if text != "" {
+		log.Info(name, "output", text)
+	}
+	if err != nil {
+		lines := strings.Split(text, "\n")
+		return fmt.Errorf("%s: %w: %s", name, err, lines[len(lines)-1])
+	}
+	return nil
+}
+
+// Close unmounts the data volume, unmaps it, and unmounts the ESP, for a
+// clean shutdown. It tries every step and returns every failure.
+func (s *Storage) Close() error {
+	var errs []error
+	if err := unix.Unmount(DataRoot, 0); err != nil {
+		errs = append(errs, fmt.Errorf("unmounting %s: %w", DataRoot, err))
+	} else if err := crypt.Unmap(mapName); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unix.Unmount(ESPRoot, 0); err != nil {
+		errs = append(errs, fmt.Errorf("unmounting %s: %w", ESPRoot, err))
+	}
+	return errors.Join(errs...)
+}
