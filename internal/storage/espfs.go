@@ -32,8 +32,14 @@ func readESP(f esp.File) ([]byte, error) {
 }
 
 // writeESP writes f on the mounted ESP atomically and durably: a temporary
-// file, fsync, rename over f, fsync of the directory. After a crash, f
-// holds either the old or the new contents.
+// file, fsync, rename over f, then a sync of the whole filesystem. After a
+// crash, f holds either the old or the new contents.
+//
+// vfat needs the filesystem-wide sync where other filesystems make do with
+// an fsync of the directory: its rename writes the new directory entry
+// from the file's in-memory inode only when that inode is written back, so
+// a directory fsync alone can leave an entry with no size and no clusters
+// (seen in the crash tests: an empty key file after power loss).
 func writeESP(f esp.File, data []byte) error {
 	path := f.In(ESPRoot)
 	dir := filepath.Dir(path)
@@ -49,7 +55,7 @@ func writeESP(f esp.File, data []byte) error {
 		os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", f, err)
 	}
-	return syncDir(dir)
+	return syncFS(dir)
 }
 
 func writeSynced(path string, data []byte) (err error) {
@@ -64,14 +70,15 @@ func writeSynced(path string, data []byte) (err error) {
 	return w.Sync()
 }
 
-func syncDir(dir string) error {
+// syncFS writes everything cached for the filesystem holding dir.
+func syncFS(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
+	if err := unix.Syncfs(int(d.Fd())); err != nil {
+		return fmt.Errorf("syncing the filesystem of %s: %w", dir, err)
 	}
 	return nil
 }
