@@ -31,7 +31,16 @@ type Disk struct {
 	ESP, Data string
 	// DataIndex is the data partition's number in the GPT (from 1).
 	DataIndex int
+	// FoundBy says how the disk was chosen: FoundByLoader or
+	// FoundByDataPartition.
+	FoundBy string
 }
+
+// How FindDisk chose the boot disk.
+const (
+	FoundByLoader        = "LoaderDevicePartUUID"
+	FoundByDataPartition = "only disk with a data partition"
+)
 
 // bootESP returns the partition GUID of the ESP the machine booted from,
 // or "" when the firmware or boot loader did not say.
@@ -71,6 +80,7 @@ func FindDisk(sysRoot, devRoot, efivars string) (*Disk, error) {
 		}
 		disk := &Disk{Name: d.Name, Path: filepath.Join(devRoot, d.Name), Size: d.Size, Table: table}
 		if want != "" && hasPartition(table, func(p *gpt.Partition) bool { return strings.EqualFold(p.GUID, want) }) {
+			disk.FoundBy = FoundByLoader
 			return disk.resolve(sysRoot, devRoot)
 		}
 		if hasPartition(table, isType(partition.DataType)) {
@@ -79,6 +89,7 @@ func FindDisk(sysRoot, devRoot, efivars string) (*Disk, error) {
 	}
 	switch {
 	case len(candidates) == 1:
+		candidates[0].FoundBy = FoundByDataPartition
 		return candidates[0].resolve(sysRoot, devRoot)
 	case len(candidates) == 0 && want != "":
 		return nil, fmt.Errorf("no disk holds the boot ESP %s (LoaderDevicePartUUID) or a Borough data partition", want)

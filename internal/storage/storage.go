@@ -94,7 +94,7 @@ func Mount(cfg Config) (*Storage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding boot disk: %w", err)
 	}
-	cfg.Log.Info("boot disk", "disk", disk.Path, "esp", disk.ESP, "data", disk.Data)
+	cfg.Log.Info("boot disk", "disk", disk.Path, "esp", disk.ESP, "data", disk.Data, "found_by", disk.FoundBy)
 	state, header, err := probe(disk.Data)
 	if err != nil {
 		return nil, err
