@@ -57,8 +57,12 @@ type Options struct {
 	// StateDir holds the VM's firmware variables, TPM state and sockets.
 	// It is created if missing. Required.
 	StateDir string
-	// Disk is the disk interface; default DiskVirtio.
+	// Disk is the disk interface; default DiskVirtio. The image is the
+	// first boot device.
 	Disk Disk
+	// ExtraDisks are more raw images, attached read-only as virtio disks
+	// after the first (vdb, vdc, ...).
+	ExtraDisks []string
 	// MemoryMiB is the guest's memory; default 1024.
 	MemoryMiB int
 	// CPUs is the number of virtual CPUs; default 1.
@@ -125,16 +129,23 @@ func (o *Options) args(accel string) ([]string, error) {
 		"-drive", "if=none,id=disk0,format=raw,file=" + o.Image,
 		"-device", "virtio-rng-pci",
 	}
+	// bootindex makes OVMF boot the image even when another disk has a
+	// boot binary too.
 	switch o.Disk {
 	case DiskVirtio:
-		args = append(args, "-device", "virtio-blk-pci,drive=disk0")
+		args = append(args, "-device", "virtio-blk-pci,drive=disk0,bootindex=0")
 	case DiskNVMe:
-		args = append(args, "-device", "nvme,drive=disk0,serial=borough0")
+		args = append(args, "-device", "nvme,drive=disk0,serial=borough0,bootindex=0")
 	case DiskAHCI:
 		// q35's built-in ICH9 AHCI controller.
-		args = append(args, "-device", "ide-hd,drive=disk0,bus=ide.0")
+		args = append(args, "-device", "ide-hd,drive=disk0,bus=ide.0,bootindex=0")
 	default:
 		return nil, fmt.Errorf("qemu: unknown disk interface %q (want virtio, nvme or ahci)", o.Disk)
+	}
+	for i, img := range o.ExtraDisks {
+		id := fmt.Sprintf("disk%d", i+1)
+		args = append(args, "-drive", "if=none,id="+id+",format=raw,readonly=on,file="+img,
+			"-device", "virtio-blk-pci,drive="+id)
 	}
 	if o.Interactive {
 		args = append(args, "-serial", "mon:stdio")

@@ -32,6 +32,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(imageCommand(), qemuCommand())
+	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand())
 	return root.Execute()
 }

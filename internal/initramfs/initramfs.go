@@ -27,8 +27,9 @@ import (
 type Params struct {
 	// Init is the host path of the static init binary; it becomes /init.
 	Init string
-	// Files are host files to add at the same path. ELF programs among
-	// them bring the shared libraries they link to.
+	// Files are host files to add: "PATH" at the same path in the
+	// archive, or "PATH:ARCHIVEPATH". ELF programs among them bring the
+	// shared libraries they link to.
 	Files []string
 }
 
@@ -63,7 +64,8 @@ func Build(w io.Writer, p Params) error {
 
 	files := []string{p.Init + ":init"}
 	for _, f := range p.Files {
-		if _, err := os.Stat(f); err != nil {
+		src, _, _ := strings.Cut(f, ":")
+		if _, err := os.Stat(src); err != nil {
 			return fmt.Errorf("adding %s to the initramfs: %w", f, err)
 		}
 		files = append(files, f)

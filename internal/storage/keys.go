@@ -169,3 +169,25 @@ func (e Escrow) New() ([]byte, error) {
 func (e Escrow) Get() ([]byte, error) {
 	return e.k.load(esp.ClusterKeyEscrow)
 }
+
+// ErrKeySealed is returned by ClearKey for a key sealed to a TPM.
+var ErrKeySealed = errors.New("the key is sealed to the node's TPM")
+
+// ClearKey returns the key in a key file that holds it in clear, as a node
+// without a TPM writes them. It is for recovery on another machine.
+func ClearKey(b []byte) ([]byte, error) {
+	var kf keyFile
+	if err := json.Unmarshal(b, &kf); err != nil {
+		return nil, fmt.Errorf("parsing key file: %w", err)
+	}
+	if kf.Version != keyFileVersion {
+		return nil, fmt.Errorf("key file has version %d, want %d", kf.Version, keyFileVersion)
+	}
+	if kf.Sealed != nil {
+		return nil, ErrKeySealed
+	}
+	if len(kf.Clear) != crypt.UnlockKeySize {
+		return nil, fmt.Errorf("key file holds a %d-byte key, want %d", len(kf.Clear), crypt.UnlockKeySize)
+	}
+	return kf.Clear, nil
+}

@@ -1,0 +1,84 @@
+//go:build boot
+
+package boottest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/initramfs"
+	"github.com/borough-os/borough/qemu"
+)
+
+// TestRecovery makes a volume with a node (no TPM, so its keys are in
+// clear on the ESP), copies the keys off the image with `borough recovery
+// keys`, derives the volume key with `borough recovery volume-key`, and
+// runs the cryptsetup command that it prints, unchanged but for the device
+// and key paths, in a guest that has the node's disk as its second disk.
+func TestRecovery(t *testing.T) {
+	t.Parallel()
+	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	vm := boot(t, qemu.Options{Image: img, TestParams: cmdline.TestMarker + "=" + marker})
+	expect(t, vm, bootTimeout, created, "borough: test: marker="+marker, ready)
+	powerOff(t, vm)
+
+	dir := t.TempDir()
+	cli(t, "recovery", "keys", img, "--out", dir)
+	out := cli(t, "recovery", "volume-key", img, "--luk", filepath.Join(dir, "luk.key"),
+		"--cuk", filepath.Join(dir, "cuk.key"), "--out", filepath.Join(dir, "volume.key"))
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	args := strings.Fields(lines[len(lines)-1])
+	if len(args) < 2 || args[0] != "cryptsetup" {
+		t.Fatalf("volume-key printed no cryptsetup command:\n%s", out)
+	}
+	for i, a := range args {
+		switch a {
+		case img:
+			args[i] = "/dev/vdb"
+		case filepath.Join(dir, "volume.key"):
+			args[i] = "/recovery/volume.key"
+		case "cryptsetup":
+			args[i] = "/sbin/cryptsetup"
+		}
+	}
+	argsFile := filepath.Join(dir, "args")
+	if err := os.WriteFile(argsFile, []byte(strings.Join(args, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	bin := filepath.Join(dir, "recoveryinit")
+	build := exec.Command("go", "build", "-o", bin, "./recoveryinit")
+	build.Env = append(build.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building recoveryinit: %v\n%s", err, b)
+	}
+	var ramfs bytes.Buffer
+	err := initramfs.Build(&ramfs, initramfs.Params{Init: bin, Files: []string{
+		"/sbin/cryptsetup",
+		filepath.Join(dir, "volume.key") + ":recovery/volume.key",
+		argsFile + ":recovery/args",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm = boot(t, qemu.Options{Image: buildImage(t, ramfs.Bytes()), ExtraDisks: []string{img}})
+	expect(t, vm, bootTimeout, "recovery: marker="+marker)
+	if err := vm.Wait(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cli runs the built host CLI and returns its output.
+func cli(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(outDir(t), "bin", "borough"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("borough %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}

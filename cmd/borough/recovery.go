@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/partition/gpt"
+	"github.com/spf13/cobra"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/crypt"
+	"github.com/borough-os/borough/internal/partition"
+	"github.com/borough-os/borough/internal/storage"
+)
+
+func recoveryCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "recovery",
+		Short: "Open a node's data volume without the node, with its two unlock keys",
+		Long: `A Borough data volume is plain dm-crypt (aes-xts-plain64, 512-bit key)
+behind a 1 MiB header. With both unlock keys, 'recovery volume-key' derives
+the volume key and prints the standard cryptsetup command that opens it.
+'recovery keys' copies the keys off a disk whose node had no TPM (they are
+in clear on its ESP); a TPM-sealed key must be unsealed on its machine.`,
+	}
+	c.AddCommand(recoveryKeysCommand(), recoveryVolumeKeyCommand())
+	return c
+}
+
+func recoveryKeysCommand() *cobra.Command {
+	var outDir string
+	c := &cobra.Command{
+		Use:   "keys DISK",
+		Short: "Copy the unlock keys (luk.key, cuk.key) off the ESP of a disk or image of a node without a TPM",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return copyKeys(cmd.OutOrStdout(), args[0], outDir)
+		},
+	}
+	c.Flags().StringVar(&outDir, "out", ".", "directory for luk.key and cuk.key")
+	return c
+}
+
+func copyKeys(stdout io.Writer, disk, outDir string) error {
+	d, err := diskfs.Open(disk, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", disk, err)
+	}
+	defer d.Close()
+	espIndex, _, err := findPartition(disk, partition.ESPType)
+	if err != nil {
+		return err
+	}
+	fs, err := d.GetFilesystem(espIndex)
+	if err != nil {
+		return fmt.Errorf("reading the ESP of %s: %w", disk, err)
+	}
+	for name, f := range map[string]esp.File{"luk.key": esp.SealedLocalKey, "cuk.key": esp.ClusterKeyEscrow} {
+		file, err := fs.OpenFile("/"+string(f), os.O_RDONLY)
+		if err != nil {
+			return fmt.Errorf("reading %s from the ESP: %w", f, err)
+		}
+		b, err := io.ReadAll(file)
+		if err != nil {
+			return fmt.Errorf("reading %s from the ESP: %w", f, err)
+		}
+		key, err := storage.ClearKey(b)
+		if errors.Is(err, storage.ErrKeySealed) {
+			return fmt.Errorf("%s: %w; unseal it on the node's own machine", f, err)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		path := filepath.Join(outDir, name)
+		if err := os.WriteFile(path, key, 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", path)
+	}
+	return nil
+}
+
+func recoveryVolumeKeyCommand() *cobra.Command {
+	var luk, cuk, out string
+	c := &cobra.Command{
+		Use:   "volume-key DEVICE",
+		Short: "Derive the volume key of DEVICE (a data partition, or a whole disk or image) and print the cryptsetup command",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return volumeKey(cmd.OutOrStdout(), args[0], luk, cuk, out)
+		},
+	}
+	c.Flags().StringVar(&luk, "luk", "luk.key", "file with the 32-byte local unlock key")
+	c.Flags().StringVar(&cuk, "cuk", "cuk.key", "file with the 32-byte cluster unlock key")
+	c.Flags().StringVar(&out, "out", "volume.key", "file to write the 64-byte volume key to")
+	return c
+}
+
+func volumeKey(stdout io.Writer, device, lukPath, cukPath, out string) error {
+	luk, err := os.ReadFile(lukPath)
+	if err != nil {
+		return fmt.Errorf("reading local unlock key: %w", err)
+	}
+	cuk, err := os.ReadFile(cukPath)
+	if err != nil {
+		return fmt.Errorf("reading cluster unlock key: %w", err)
+	}
+	// A whole disk or image has a GPT with the data partition on it; a
+	// partition does not.
+	var start int64
+	if _, p, err := findPartition(device, partition.DataType); err == nil {
+		start = int64(p.Start) * 512
+	}
+	f, err := os.Open(device)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	state, header, err := crypt.Probe(io.NewSectionReader(f, start, 1<<62))
+	if err != nil {
+		return fmt.Errorf("%s: %w", device, err)
+	}
+	if state != crypt.StateFormatted {
+		return fmt.Errorf("%s holds no Borough data volume (it is %s)", device, state)
+	}
+	key, err := header.VolumeKey(luk, cuk)
+	if err != nil {
+		return fmt.Errorf("%s: %w", device, err)
+	}
+	if err := os.WriteFile(out, key, 0o600); err != nil {
+		return err
+	}
+	offset := start/512 + crypt.DataOffset
+	fmt.Fprintf(stdout, "wrote the volume key to %s; open the volume with:\n", out)
+	fmt.Fprintln(stdout, strings.Join(CryptsetupArgs(out, device, offset), " "))
+	return nil
+}
+
+// CryptsetupArgs is the standard command that opens a Borough volume whose
+// ciphertext starts offset sectors into device.
+func CryptsetupArgs(keyFile, device string, offset int64) []string {
+	return []string{"cryptsetup", "open", "--type", "plain", "--cipher", crypt.Cipher,
+		"--key-size", fmt.Sprint(crypt.KeySize * 8), "--key-file", keyFile,
+		"--offset", fmt.Sprint(offset), device, "borough-data"}
+}
+
+// findPartition returns the number and entry of the partition of type typ
+// on the GPT disk or image at path.
+func findPartition(path, typ string) (int, *gpt.Partition, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer f.Close()
+	table, err := gpt.Read(f, 512, 512)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s has no GPT: %w", path, err)
+	}
+	for _, p := range table.Partitions {
+		if strings.EqualFold(string(p.Type), typ) {
+			return p.Index, p, nil
+		}
+	}
+	return 0, nil, fmt.Errorf("%s has no partition of type %s", path, typ)
+}
