@@ -26,12 +26,13 @@ func mountESP(dev string) error {
 	return nil
 }
 
-// readESP reads f from the mounted ESP; a missing file is os.ErrNotExist.
-func readESP(f esp.File) ([]byte, error) {
-	return os.ReadFile(f.In(ESPRoot))
+// readESP reads f from the ESP mounted at root; a missing file is
+// os.ErrNotExist.
+func readESP(root string, f esp.File) ([]byte, error) {
+	return os.ReadFile(f.In(root))
 }
 
-// writeESP writes f on the mounted ESP atomically and durably: a temporary
+// writeESP writes f on the ESP mounted at root atomically and durably: a temporary
 // file, fsync, rename over f, then a sync of the whole filesystem. After a
 // crash, f holds either the old or the new contents.
 //
@@ -40,8 +41,8 @@ func readESP(f esp.File) ([]byte, error) {
 // from the file's in-memory inode only when that inode is written back, so
 // a directory fsync alone can leave an entry with no size and no clusters
 // (seen in the crash tests: an empty key file after power loss).
-func writeESP(f esp.File, data []byte) error {
-	path := f.In(ESPRoot)
+func writeESP(root string, f esp.File, data []byte) error {
+	path := f.In(root)
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("writing %s: %w", f, err)

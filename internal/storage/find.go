@@ -72,7 +72,7 @@ func FindDisk(sysRoot, devRoot, efivars string) (*Disk, error) {
 		return nil, err
 	}
 	want := bootESP(efivars)
-	var candidates []*Disk
+	var loaded, candidates []*Disk
 	for _, d := range disks {
 		table, err := readGPT(filepath.Join(devRoot, d.Name))
 		if err != nil {
@@ -80,14 +80,20 @@ func FindDisk(sysRoot, devRoot, efivars string) (*Disk, error) {
 		}
 		disk := &Disk{Name: d.Name, Path: filepath.Join(devRoot, d.Name), Size: d.Size, Table: table}
 		if want != "" && hasPartition(table, func(p *gpt.Partition) bool { return strings.EqualFold(p.GUID, want) }) {
-			disk.FoundBy = FoundByLoader
-			return disk.resolve(sysRoot, devRoot)
+			loaded = append(loaded, disk)
 		}
 		if hasPartition(table, isType(partition.DataType)) {
 			candidates = append(candidates, disk)
 		}
 	}
 	switch {
+	case len(loaded) == 1:
+		loaded[0].FoundBy = FoundByLoader
+		return loaded[0].resolve(sysRoot, devRoot)
+	case len(loaded) > 1:
+		// Disks written from one image share their GUIDs.
+		return nil, fmt.Errorf("the boot ESP %s is on several disks (%s), written from the same image: remove all but the boot disk",
+			want, diskNames(loaded))
 	case len(candidates) == 1:
 		candidates[0].FoundBy = FoundByDataPartition
 		return candidates[0].resolve(sysRoot, devRoot)
@@ -95,13 +101,21 @@ func FindDisk(sysRoot, devRoot, efivars string) (*Disk, error) {
 		return nil, fmt.Errorf("no disk holds the boot ESP %s (LoaderDevicePartUUID) or a Borough data partition", want)
 	case len(candidates) == 0:
 		return nil, errors.New("no disk has a Borough data partition")
+	case want != "":
+		return nil, fmt.Errorf("the boot ESP %s (LoaderDevicePartUUID) is on no disk, and several disks have a Borough data partition (%s): remove all but one",
+			want, diskNames(candidates))
 	default:
-		var names []string
-		for _, c := range candidates {
-			names = append(names, c.Name)
-		}
-		return nil, fmt.Errorf("the firmware did not name the boot ESP, and several disks have a Borough data partition (%s): remove all but one", strings.Join(names, ", "))
+		return nil, fmt.Errorf("the firmware did not name the boot ESP, and several disks have a Borough data partition (%s): remove all but one",
+			diskNames(candidates))
 	}
+}
+
+func diskNames(disks []*Disk) string {
+	var names []string
+	for _, d := range disks {
+		names = append(names, d.Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 func readGPT(path string) (*gpt.Table, error) {

@@ -26,7 +26,15 @@ const (
 )
 
 func (p TPMPolicy) String() string {
-	return [...]string{"best-effort", "required", "disabled"}[p]
+	switch p {
+	case TPMBestEffort:
+		return "best-effort"
+	case TPMRequired:
+		return "required"
+	case TPMDisabled:
+		return "disabled"
+	}
+	return fmt.Sprintf("TPMPolicy(%d)", int(p))
 }
 
 // keyFileVersion is the version of keyFile this node writes and reads.
@@ -47,8 +55,10 @@ var (
 	ErrKeyInClear  = errors.New("the key is stored in clear, but the storage policy requires a TPM")
 )
 
-// keeper seals keys to the TPM, if it has one, and stores them on the ESP.
+// keeper seals keys to the TPM, if it has one, and stores them on the ESP
+// mounted at root.
 type keeper struct {
+	root   string
 	tpm    *tpm.TPM
 	policy TPMPolicy
 }
@@ -91,12 +101,12 @@ func (k keeper) store(f esp.File, key []byte) error {
 	if err != nil {
 		return err
 	}
-	return writeESP(f, b)
+	return writeESP(k.root, f, b)
 }
 
 // load reads f and unseals the key in it.
 func (k keeper) load(f esp.File) ([]byte, error) {
-	b, err := readESP(f)
+	b, err := readESP(k.root, f)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", f, err)
 	}

@@ -79,7 +79,7 @@ func Mount(cfg Config) (*Storage, error) {
 	if cfg.Pause == nil {
 		cfg.Pause = func(string) {}
 	}
-	k := keeper{tpm: cfg.TPM, policy: cfg.Policy}
+	k := keeper{root: ESPRoot, tpm: cfg.TPM, policy: cfg.Policy}
 	switch {
 	case cfg.Policy == TPMRequired && cfg.TPM == nil:
 		return nil, errors.New("the storage policy requires a TPM, and this machine has none")
