@@ -48,6 +48,10 @@ func writeESP(root string, f esp.File, data []byte) error {
 		return fmt.Errorf("writing %s: %w", f, err)
 	}
 	tmp := path + ".tmp"
+	// A temporary file left by a crash would keep its old mode.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("writing %s: %w", f, err)
+	}
 	if err := writeSynced(tmp, data); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", f, err)

@@ -270,16 +270,60 @@ func TestFindDisk(t *testing.T) {
 				{"vda", a, []string{"vda1", "vda2"}},
 				{"vdb", b, []string{"vdb1", "vdb2"}},
 			},
-			wantErr: []string{"several disks have a Borough data partition", "(vda, vdb)"},
+			wantErr: []string{"the firmware did not name the boot ESP, and several disks have a Borough data partition (vda, vdb)"},
 		},
 		{
+			// The error must name the GUID the firmware gave, not say it
+			// gave none.
 			name: "two Borough disks, efivar names neither",
 			disks: []fakeDisk{
 				{"vda", a, []string{"vda1", "vda2"}},
 				{"vdb", b, []string{"vdb1", "vdb2"}},
 			},
 			loaderGUID: unknownGUID,
-			wantErr:    []string{"(vda, vdb)"},
+			wantErr: []string{"the boot ESP " + strings.ToUpper(unknownGUID) + " (LoaderDevicePartUUID) is on no disk, " +
+				"and several disks have a Borough data partition (vda, vdb)"},
+		},
+		{
+			// The image's GUIDs derive from the boot binary and size, so
+			// two disks written from one image share them.
+			name: "efivar names a GUID on two disks written from one image",
+			disks: []fakeDisk{
+				{"sda", a, []string{"sda1", "sda2"}},
+				{"vda", a, []string{"vda1", "vda2"}},
+			},
+			loaderGUID: a.espGUID,
+			wantErr:    []string{"the boot ESP " + a.espGUID + " is on several disks (sda, vda)", "same image"},
+		},
+		{
+			name: "efivar names a GUID on two disks among three",
+			disks: []fakeDisk{
+				{"vda", a, []string{"vda1", "vda2"}},
+				{"vdb", b, []string{"vdb1", "vdb2"}},
+				{"vdc", a, []string{"vdc1", "vdc2"}},
+			},
+			loaderGUID: strings.ToLower(a.espGUID),
+			wantErr:    []string{"several disks (vda, vdc)"},
+		},
+		{
+			// The copies share a GUID, but the firmware booted the
+			// other disk: that one is unambiguous.
+			name: "efivar names a disk beside two written from one image",
+			disks: []fakeDisk{
+				{"vda", a, []string{"vda1", "vda2"}},
+				{"vdb", a, []string{"vdb1", "vdb2"}},
+				{"vdc", b, []string{"vdc1", "vdc2"}},
+			},
+			loaderGUID: b.espGUID,
+			want:       &want{"vdc", "vdc1", "vdc2", b, 2, FoundByLoader},
+		},
+		{
+			name: "two disks written from one image, no efivar",
+			disks: []fakeDisk{
+				{"vda", a, []string{"vda1", "vda2"}},
+				{"vdb", a, []string{"vdb1", "vdb2"}},
+			},
+			wantErr: []string{"the firmware did not name the boot ESP, and several disks have a Borough data partition (vda, vdb)"},
 		},
 		{
 			name: "no Borough disk",

@@ -48,6 +48,11 @@ type keyFile struct {
 	Clear   []byte          `json:"clear,omitempty"`
 }
 
+// isSealed says whether the file holds a sealed key; a JSON null is none.
+func (kf keyFile) isSealed() bool {
+	return len(kf.Sealed) > 0 && string(kf.Sealed) != "null"
+}
+
 // Errors of keys whose seal cannot be opened. Storage wraps them with what
 // the operator can do.
 var (
@@ -118,7 +123,7 @@ func (k keeper) load(f esp.File) ([]byte, error) {
 		return nil, fmt.Errorf("%s has version %d, this node reads version %d", f, kf.Version, keyFileVersion)
 	}
 	switch {
-	case kf.Sealed != nil:
+	case kf.isSealed():
 		if k.tpm == nil {
 			return nil, fmt.Errorf("%s: %w", f, ErrNoTPMForKey)
 		}
@@ -193,7 +198,7 @@ func ClearKey(b []byte) ([]byte, error) {
 	if kf.Version != keyFileVersion {
 		return nil, fmt.Errorf("key file has version %d, want %d", kf.Version, keyFileVersion)
 	}
-	if kf.Sealed != nil {
+	if kf.isSealed() {
 		return nil, ErrKeySealed
 	}
 	if len(kf.Clear) != crypt.UnlockKeySize {
