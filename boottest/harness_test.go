@@ -74,13 +74,14 @@ func nodeImage(t testing.TB, params ...string) string {
 	return buildImage(t, read(t, filepath.Join(outDir(t), "initramfs.cpio.zst")), params...)
 }
 
-// boot starts a VM with progress logged to the test, and kills it when
-// the test ends. Without a StateDir, the VM gets a fresh one.
+// boot starts a VM with a NIC and progress logged to the test, and kills
+// it when the test ends. Without a StateDir, the VM gets a fresh one.
 func boot(t testing.TB, opts qemu.Options) *qemu.VM {
 	t.Helper()
 	if opts.StateDir == "" {
 		opts.StateDir = filepath.Join(t.TempDir(), "vm")
 	}
+	opts.Network = true
 	opts.Logf = t.Logf
 	vm, err := qemu.Start(context.Background(), opts)
 	if err != nil {

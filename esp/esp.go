@@ -28,7 +28,7 @@ const (
 	ClusterKeyEscrow File = Dir + "/cluster-key.sealed"
 	// NodeState records how far the node got, so that it never
 	// bootstraps a cluster twice.
-	NodeState File = Dir + "/node-state.pb"
+	NodeState File = Dir + "/node-state.json"
 )
 
 // Dir is the directory of Borough's own files.

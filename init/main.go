@@ -29,6 +29,7 @@ import (
 	"github.com/borough-os/borough/internal/fwcfg"
 	"github.com/borough-os/borough/internal/pid1"
 	"github.com/borough-os/borough/internal/pseudofs"
+	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 )
 
@@ -83,14 +84,15 @@ func node() int {
 	}
 	log.Info("init started")
 	logDisks(log)
-	st, err := mountStorage(log, params)
+	st, err := storage.Open(log.With(console.ServiceKey, "storage"))
 	if err != nil {
 		return fatal(log, err)
 	}
-	if err := testMarker(log, params); err != nil {
+	services, err := bringUp(log, params, st)
+	if err != nil {
 		return fatal(log, err)
 	}
-	code := run(log, params)
+	code := run(log, params, services)
 	if err := st.Close(); err != nil {
 		log.Warn("unmounting storage", "err", err)
 	}
@@ -120,9 +122,9 @@ func logDisks(log *slog.Logger) {
 	}
 }
 
-// run supervises the node's services and returns the exit code for
-// process 1 once they have stopped.
-func run(log *slog.Logger, params cmdline.Params) int {
+// run supervises the node's services (with the power button and test
+// hooks) and returns the exit code for process 1 once they have stopped.
+func run(log *slog.Logger, params cmdline.Params, node []supervisor.Service) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	requests := make(chan int, 1)
@@ -130,6 +132,7 @@ func run(log *slog.Logger, params cmdline.Params) int {
 
 	services := []supervisor.Service{powerButton(requests)}
 	services = append(services, testHooks(params)...)
+	services = append(services, node...)
 	result := make(chan error, 1)
 	go func() { result <- supervisor.Run(ctx, log, supervisor.Options{}, services...) }()
 

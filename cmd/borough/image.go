@@ -17,7 +17,7 @@ import (
 
 func imageCommand() *cobra.Command {
 	c := &cobra.Command{Use: "image", Short: "Build Borough disk images"}
-	c.AddCommand(imageBuildCommand())
+	c.AddCommand(imageBuildCommand(), imageEnrolCommand())
 	return c
 }
 

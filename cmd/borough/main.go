@@ -32,6 +32,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand())
+	root.PersistentFlags().StringVar(&configDir, "config", defaultConfigDir(), "directory of the owner's identity and pinned cluster CAs")
+	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand(), ownerCommand(), enrolmentCommand(),
+		etcdCommand(), statusCommand())
 	return root.Execute()
 }

@@ -17,9 +17,9 @@ const (
 // grow makes the data partition fill the disk when the image was written
 // to a larger disk: it rewrites the GPT for the disk's real size, which
 // moves the backup header to the end, with the data partition (which must
-// be the last one) ending at the last whole MiB. The kernel re-reads the
-// table. It returns the data partition's new size in bytes, or 0 if there
-// was nothing to grow. Call it before anything on the disk is in use.
+// be the last one) ending at the last whole MiB, and has the kernel re-read
+// the table. It returns the data partition's new size in bytes, or 0 if
+// there was nothing to grow. Nothing on the disk may be in use.
 func grow(d *Disk) (int64, error) {
 	var data *gpt.Partition
 	for _, p := range d.Table.Partitions {

@@ -51,7 +51,7 @@ const (
 	StepHeader = "header" // header committed
 )
 
-// Config is what Mount needs.
+// Config is what MountData needs.
 type Config struct {
 	// TPM is the machine's TPM, or nil if it has none.
 	TPM *tpm.TPM
@@ -62,44 +62,65 @@ type Config struct {
 	// Pause, if set, is called after each first-boot step (Step*), for
 	// tests that crash the machine there.
 	Pause func(step string)
-	// Log receives progress.
-	Log *slog.Logger
 }
 
-// Storage is the node's mounted storage.
+// Storage is the node's storage.
 type Storage struct {
 	Disk *Disk
-	// FirstBoot is true if Mount created the data volume.
+	// FirstBoot is true if MountData created the data volume.
 	FirstBoot bool
+	log       *slog.Logger
+	dataUp    bool
 }
 
-// Mount finds, unlocks (or on first boot creates) and mounts the node's
-// storage: the ESP at ESPRoot and the data volume at DataRoot.
-func Mount(cfg Config) (*Storage, error) {
+// Open finds the boot disk and mounts its ESP at ESPRoot. If the data
+// partition is still empty and the disk is larger than the image was, it
+// first grows the data partition into the free space: before the ESP is
+// mounted, the kernel can re-read the whole partition table. It writes
+// nothing to the data partition.
+func Open(log *slog.Logger) (*Storage, error) {
+	disk, err := FindDisk("/sys", "/dev", "/sys/firmware/efi/efivars")
+	if err != nil {
+		return nil, fmt.Errorf("finding boot disk: %w", err)
+	}
+	log.Info("boot disk", "disk", disk.Path, "esp", disk.ESP, "data", disk.Data, "found_by", disk.FoundBy)
+	state, _, err := probe(disk.Data)
+	if err != nil {
+		return nil, err
+	}
+	if state == crypt.StateEmpty || state == crypt.StateFormatting {
+		if size, err := grow(disk); err != nil {
+			return nil, err
+		} else if size > 0 {
+			log.Info("grew data partition to fill the disk", "size", fmt.Sprintf("%.1fGiB", float64(size)/(1<<30)))
+		}
+	}
+	if err := mountESP(disk.ESP); err != nil {
+		return nil, err
+	}
+	return &Storage{Disk: disk, log: log}, nil
+}
+
+// MountData unlocks (or on first boot creates) the data volume and mounts
+// it at DataRoot.
+func (s *Storage) MountData(cfg Config) error {
 	if cfg.Pause == nil {
 		cfg.Pause = func(string) {}
 	}
 	k := keeper{root: ESPRoot, tpm: cfg.TPM, policy: cfg.Policy}
 	switch {
 	case cfg.Policy == TPMRequired && cfg.TPM == nil:
-		return nil, errors.New("the storage policy requires a TPM, and this machine has none")
+		return errors.New("the storage policy requires a TPM, and this machine has none")
 	case cfg.Policy == TPMDisabled:
 		k.tpm = nil
 	}
 	if cfg.ClusterKeys == nil {
 		cfg.ClusterKeys = Escrow{k: k}
 	}
-
-	disk, err := FindDisk("/sys", "/dev", "/sys/firmware/efi/efivars")
+	state, header, err := probe(s.Disk.Data)
 	if err != nil {
-		return nil, fmt.Errorf("finding boot disk: %w", err)
+		return err
 	}
-	cfg.Log.Info("boot disk", "disk", disk.Path, "esp", disk.ESP, "data", disk.Data, "found_by", disk.FoundBy)
-	state, header, err := probe(disk.Data)
-	if err != nil {
-		return nil, err
-	}
-	s := &Storage{Disk: disk}
 	switch state {
 	case crypt.StateEmpty, crypt.StateFormatting:
 		s.FirstBoot = true
@@ -108,12 +129,13 @@ func Mount(cfg Config) (*Storage, error) {
 		err = s.unlock(cfg, k, header)
 	case crypt.StateForeign:
 		err = fmt.Errorf("data partition %s holds data that is not a Borough volume; refusing to format it. "+
-			"If it may be erased, zero its first 2 MiB (dd if=/dev/zero of=PARTITION bs=1M count=2) and boot again", disk.Data)
+			"If it may be erased, zero its first 2 MiB (dd if=/dev/zero of=PARTITION bs=1M count=2) and boot again", s.Disk.Data)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return s, nil
+	s.dataUp = true
+	return nil
 }
 
 func probe(dev string) (crypt.State, *crypt.Header, error) {
@@ -131,17 +153,9 @@ func probe(dev string) (crypt.State, *crypt.Header, error) {
 
 // create makes a new data volume.
 func (s *Storage) create(cfg Config, k keeper, state crypt.State) error {
-	log := cfg.Log
+	log := s.log
 	if state == crypt.StateFormatting {
 		log.Warn("the previous first boot stopped before the data volume was complete; formatting it afresh")
-	}
-	if size, err := grow(s.Disk); err != nil {
-		return err
-	} else if size > 0 {
-		log.Info("grew data partition to fill the disk", "size", fmt.Sprintf("%.1fGiB", float64(size)/(1<<30)))
-	}
-	if err := mountESP(s.Disk.ESP); err != nil {
-		return err
 	}
 	if k.tpm == nil {
 		log.Warn("NO TPM: the local unlock key is stored IN CLEAR on the ESP; anyone with this disk can read the data volume")
@@ -200,9 +214,6 @@ func (s *Storage) create(cfg Config, k keeper, state crypt.State) error {
 
 // unlock opens and mounts the existing data volume.
 func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) error {
-	if err := mountESP(s.Disk.ESP); err != nil {
-		return err
-	}
 	start := time.Now()
 	luk, err := k.load(esp.SealedLocalKey)
 	if err != nil {
@@ -224,14 +235,14 @@ func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) error {
 		return err
 	}
 	mapped := time.Now()
-	if err := fsck(cfg.Log, dev); err != nil {
+	if err := fsck(s.log, dev); err != nil {
 		return err
 	}
 	checked := time.Now()
 	if err := mountData(dev); err != nil {
 		return err
 	}
-	cfg.Log.Info("data volume unlocked and mounted", "path", DataRoot,
+	s.log.Info("data volume unlocked and mounted", "path", DataRoot,
 		"unseal", unsealed.Sub(start).Round(time.Millisecond), "map", mapped.Sub(unsealed).Round(time.Millisecond),
 		"fsck", checked.Sub(mapped).Round(time.Millisecond), "mount", time.Since(checked).Round(time.Millisecond))
 	return nil
@@ -336,10 +347,12 @@ func run(log *slog.Logger, name string, args ...string) error {
 // clean shutdown. It tries every step and returns every failure.
 func (s *Storage) Close() error {
 	var errs []error
-	if err := unix.Unmount(DataRoot, 0); err != nil {
-		errs = append(errs, fmt.Errorf("unmounting %s: %w", DataRoot, err))
-	} else if err := crypt.Unmap(mapName); err != nil {
-		errs = append(errs, err)
+	if s.dataUp {
+		if err := unix.Unmount(DataRoot, 0); err != nil {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", DataRoot, err))
+		} else if err := crypt.Unmap(mapName); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := unix.Unmount(ESPRoot, 0); err != nil {
 		errs = append(errs, fmt.Errorf("unmounting %s: %w", ESPRoot, err))

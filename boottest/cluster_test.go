@@ -1,0 +1,220 @@
+//go:build boot
+
+package boottest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/qemu"
+)
+
+const running = "borough: node running"
+
+// freePort returns a TCP port on loopback that nothing listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// owner makes an owner identity in a fresh config directory and returns
+// the directory.
+func owner(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cli(t, "--config", dir, "owner", "init", "--name", "test-owner")
+	return dir
+}
+
+// fingerprint returns the CA fingerprint the node printed.
+func fingerprint(t *testing.T, vm *qemu.VM) string {
+	t.Helper()
+	m := regexp.MustCompile(`ca_fingerprint=(sha256:[0-9a-f]{64})`).FindStringSubmatch(vm.Console())
+	if m == nil {
+		t.Fatal("the node printed no CA fingerprint")
+	}
+	return m[1]
+}
+
+// etcdEnv runs `borough etcd env` and returns its settings.
+func etcdEnv(t *testing.T, config, node, fp string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(cli(t, "--config", config, "etcd", "env", node, "--fingerprint", fp)), "\n") {
+		k, v, _ := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		env[k] = v
+	}
+	return env
+}
+
+// client connects as etcdctl would with the settings, using cert and key
+// (empty: no client certificate).
+func client(t *testing.T, env map[string]string, cert, key string) *clientv3.Client {
+	t.Helper()
+	roots := x509.NewCertPool()
+	b, err := os.ReadFile(env["ETCDCTL_CACERT"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots.AppendCertsFromPEM(b)
+	cfg := &tls.Config{RootCAs: roots}
+	if cert != "" {
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{kp}
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{env["ETCDCTL_ENDPOINTS"]}, TLS: cfg, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// strangerCert writes a self-signed client certificate from no CA the
+// cluster knows, and returns its files.
+func strangerCert(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "stranger"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	keyDER, _ := x509.MarshalPKCS8PrivateKey(key)
+	cert, keyFile := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
+	os.WriteFile(cert, pemBlock("CERTIFICATE", der), 0o600)
+	os.WriteFile(keyFile, pemBlock("PRIVATE KEY", keyDER), 0o600)
+	return cert, keyFile
+}
+
+// TestCluster bootstraps a node through fw_cfg, uses it from the host as
+// its owner, checks that strangers are refused, and reboots it into the
+// same cluster with its data.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	config := owner(t)
+	cfgFile := filepath.Join(t.TempDir(), "enrolment.pb")
+	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "test", "--out", cfgFile)
+	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	state := t.TempDir()
+	port := freePort(t)
+	opts := qemu.Options{Image: img, StateDir: state, FwCfg: cfgFile, Forwards: []qemu.Forward{{Host: port, Guest: 2379}}}
+	vm := boot(t, opts)
+	expect(t, vm, bootTimeout, "borough: enrolment config source=\"fw_cfg opt/borough/enrolment\" cluster=test",
+		"borough: state New -> CreatingCluster", "borough: cluster created", "borough: state CreatingCluster -> Running", running)
+
+	node := "127.0.0.1:" + strconv.Itoa(port)
+	env := etcdEnv(t, config, node, fingerprint(t, vm))
+	if env["ETCDCTL_CERT"] != filepath.Join(config, "owner.pem") || env["ETCDCTL_ENDPOINTS"] != "https://"+node {
+		t.Errorf("etcd env = %v", env)
+	}
+	c := client(t, env, env["ETCDCTL_CERT"], env["ETCDCTL_KEY"])
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	put, err := c.Put(ctx, "greeting", "hello from the owner")
+	if err != nil {
+		t.Fatalf("put as the owner: %v", err)
+	}
+	clusterID := put.Header.ClusterId
+
+	for name, files := range map[string][2]string{"no certificate": {}, "a stranger's certificate": func() [2]string {
+		c, k := strangerCert(t)
+		return [2]string{c, k}
+	}()} {
+		bad := client(t, env, files[0], files[1])
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := bad.Get(sctx, "greeting"); err == nil {
+			t.Errorf("a client with %s read the cluster", name)
+		}
+		scancel()
+	}
+	if out := cli(t, "--config", config, "status", node); !strings.Contains(out, "member") {
+		t.Errorf("status printed:\n%s", out)
+	}
+
+	if err := vm.CtrlAltDel(); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, vm, stepTimeout, "borough: rebooting")
+	expect(t, vm, bootTimeout, unlocked, "borough: state New -> Restarting", "borough: state Restarting -> Running", running)
+	c = client(t, env, env["ETCDCTL_CERT"], env["ETCDCTL_KEY"])
+	get, err := c.Get(ctx, "greeting")
+	if err != nil {
+		t.Fatalf("get after reboot: %v", err)
+	}
+	if len(get.Kvs) != 1 || string(get.Kvs[0].Value) != "hello from the owner" {
+		t.Errorf("after reboot, greeting = %v", get.Kvs)
+	}
+	if get.Header.ClusterId != clusterID {
+		t.Errorf("cluster ID %x after reboot, was %x", get.Header.ClusterId, clusterID)
+	}
+	powerOff(t, vm)
+}
+
+// TestClusterESP enrols an image on its ESP (`borough image enrol`).
+func TestClusterESP(t *testing.T) {
+	t.Parallel()
+	config := owner(t)
+	cfgFile := filepath.Join(t.TempDir(), "enrolment.pb")
+	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "from-esp", "--storage-policy", "disabled", "--out", cfgFile)
+	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	cli(t, "image", "enrol", img, cfgFile)
+	vm := boot(t, qemu.Options{Image: img})
+	expect(t, vm, bootTimeout, "borough: enrolment config source=\"ESP EFI/Borough/enrolment.pb\" cluster=from-esp",
+		"storage_policy=disabled", running)
+	powerOff(t, vm)
+}
+
+// TestBadConfig gives a node a config it must refuse: the node goes to
+// Failed, says why, and leaves the data partition as it was.
+func TestBadConfig(t *testing.T) {
+	t.Parallel()
+	bad := filepath.Join(t.TempDir(), "bad.pb")
+	// Field 1 (version) = 7.
+	if err := os.WriteFile(bad, []byte{0x08, 0x07}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	before := dataHash(t, img)
+	vm := boot(t, qemu.Options{Image: img, FwCfg: bad})
+	expect(t, vm, bootTimeout, "borough: state New -> Failed",
+		"borough: error: node failed: enrolment config from fw_cfg opt/borough/enrolment: field version: is 7; this node reads version 1",
+		ready)
+	powerOff(t, vm)
+	if strings.Contains(vm.Console(), "data volume") {
+		t.Error("the node touched the data volume despite the bad config")
+	}
+	if dataHash(t, img) != before {
+		t.Error("the data partition changed")
+	}
+}
+
+func pemBlock(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}

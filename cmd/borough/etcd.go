@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/pki"
+)
+
+// The owner learns a cluster's CA by trust on first use, checked: the
+// node prints the CA's fingerprint on its console when it creates the
+// cluster; the owner passes it with --fingerprint the first time, the CLI
+// checks the CA the node presents against it and pins that CA under the
+// config directory. Later commands verify the node against the pinned CA.
+
+func etcdCommand() *cobra.Command {
+	c := &cobra.Command{Use: "etcd", Short: "Reach a cluster's etcd with the standard tools"}
+	var fingerprint string
+	env := &cobra.Command{
+		Use:   "env NODE",
+		Short: "Print the ETCDCTL_* settings for etcdctl to reach NODE (HOST:PORT) as the owner",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return etcdEnv(cmd.OutOrStdout(), args[0], fingerprint)
+		},
+	}
+	env.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint (sha256:...), from the node's console; needed on first use")
+	c.AddCommand(env)
+	return c
+}
+
+func statusCommand() *cobra.Command {
+	var fingerprint string
+	c := &cobra.Command{
+		Use:   "status NODE",
+		Short: "Show the cluster's members and the status of NODE (HOST:PORT)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return status(cmd.OutOrStdout(), args[0], fingerprint)
+		},
+	}
+	c.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
+	return c
+}
+
+func caPath(node string) string {
+	return filepath.Join(configDir, "clusters", strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(node), "ca.pem")
+}
+
+func ownerKeyPair() (tls.Certificate, error) {
+	kp, err := tls.LoadX509KeyPair(ownerCertPath(), ownerKeyPath())
+	if err != nil {
+		return kp, fmt.Errorf("loading the owner's identity (borough owner init): %w", err)
+	}
+	return kp, nil
+}
+
+// pinCA returns the path of node's pinned cluster CA, pinning it first if
+// this is the first use.
+func pinCA(node, fingerprint string) (string, error) {
+	path := caPath(node)
+	if b, err := os.ReadFile(path); err == nil {
+		ca, err := pki.ParseCertPEM(b)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		if fingerprint != "" && pki.Fingerprint(ca) != fingerprint {
+			return "", fmt.Errorf("the pinned CA of %s has fingerprint %s, not %s; remove %s to pin another", node, pki.Fingerprint(ca), fingerprint, path)
+		}
+		return path, nil
+	}
+	if fingerprint == "" {
+		return "", fmt.Errorf("first use of %s: give --fingerprint with the cluster CA's fingerprint from the node's console (ca_fingerprint=sha256:...)", node)
+	}
+	kp, err := ownerKeyPair()
+	if err != nil {
+		return "", err
+	}
+	// The chain is checked below, against the fingerprint.
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", node,
+		&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{kp}})
+	if err != nil {
+		return "", fmt.Errorf("connecting to %s: %w", node, err)
+	}
+	chain := conn.ConnectionState().PeerCertificates
+	conn.Close()
+	ca, err := checkChain(chain, node, fingerprint)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, pki.CertPEM(ca), 0o644)
+}
+
+// checkChain finds the CA with the given fingerprint in a server's chain
+// and verifies the server's certificate for node against it.
+func checkChain(chain []*x509.Certificate, node, fingerprint string) (*x509.Certificate, error) {
+	if len(chain) == 0 {
+		return nil, errors.New("the node presented no certificate")
+	}
+	for _, c := range chain {
+		if !c.IsCA || pki.Fingerprint(c) != fingerprint {
+			continue
+		}
+		roots := x509.NewCertPool()
+		roots.AddCert(c)
+		host, _, err := net.SplitHostPort(node)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, DNSName: host}); err != nil {
+			return nil, fmt.Errorf("the node's certificate does not verify against the CA %s: %w", fingerprint, err)
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("the node at %s does not present a CA with fingerprint %s: it is not the node you think, or the fingerprint is mistyped", node, fingerprint)
+}
+
+func etcdEnv(stdout io.Writer, node, fingerprint string) error {
+	ca, err := pinCA(node, fingerprint)
+	if err != nil {
+		return err
+	}
+	for _, kv := range [][2]string{
+		{"ETCDCTL_API", "3"},
+		{"ETCDCTL_ENDPOINTS", "https://" + node},
+		{"ETCDCTL_CACERT", ca},
+		{"ETCDCTL_CERT", ownerCertPath()},
+		{"ETCDCTL_KEY", ownerKeyPath()},
+	} {
+		fmt.Fprintf(stdout, "export %s=%s\n", kv[0], kv[1])
+	}
+	return nil
+}
+
+// ownerClient connects to node as the owner, verifying it against its
+// pinned CA.
+func ownerClient(node, fingerprint string) (*clientv3.Client, error) {
+	caFile, err := pinCA(node, fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	kp, err := ownerKeyPair()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(b)
+	return clientv3.New(clientv3.Config{
+		Endpoints:   []string{"https://" + node},
+		DialTimeout: 10 * time.Second,
+		TLS:         &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{kp}},
+	})
+}
+
+func status(stdout io.Writer, node, fingerprint string) error {
+	c, err := ownerClient(node, fingerprint)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx, "https://"+node)
+	if err != nil {
+		return fmt.Errorf("asking %s for its status: %w", node, err)
+	}
+	members, err := c.MemberList(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cluster %x, etcd %s, leader %x, raft index %d, database %d bytes\n",
+		st.Header.ClusterId, st.Version, st.Leader, st.RaftIndex, st.DbSize)
+	for _, m := range members.Members {
+		role := "voter"
+		if m.IsLearner {
+			role = "learner"
+		}
+		fmt.Fprintf(stdout, "member %x %s (%s) peers %s clients %s\n", m.ID, m.Name, role,
+			strings.Join(m.PeerURLs, ","), strings.Join(m.ClientURLs, ","))
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/spf13/cobra"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/partition"
+)
+
+func imageEnrolCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "enrol IMAGE CONFIG",
+		Short: "Write an enrolment config into the ESP of a disk image (or disk), without mounting it",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return enrolImage(cmd.OutOrStdout(), args[0], args[1])
+		},
+	}
+}
+
+func enrolImage(stdout io.Writer, image, config string) error {
+	b, err := os.ReadFile(config)
+	if err != nil {
+		return err
+	}
+	if _, err := enrolment.Parse(b, config); err != nil {
+		return err
+	}
+	index, _, err := findPartition(image, partition.ESPType)
+	if err != nil {
+		return err
+	}
+	d, err := diskfs.Open(image, diskfs.WithOpenMode(diskfs.ReadWrite))
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", image, err)
+	}
+	defer d.Close()
+	fs, err := d.GetFilesystem(index)
+	if err != nil {
+		return fmt.Errorf("reading the ESP of %s: %w", image, err)
+	}
+	f, err := fs.OpenFile("/"+string(esp.EnrolmentConfig), os.O_CREATE|os.O_RDWR|os.O_TRUNC)
+	if err != nil {
+		return fmt.Errorf("creating %s on the ESP: %w", esp.EnrolmentConfig, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s on the ESP: %w", esp.EnrolmentConfig, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s to the ESP of %s\n", esp.EnrolmentConfig, image)
+	return nil
+}

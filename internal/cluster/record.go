@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Phases of a Record.
+const (
+	// PhaseBootstrapping: the node began bootstrapping a cluster.
+	PhaseBootstrapping = "bootstrapping"
+	// PhaseMember: the node is a member of Cluster.
+	PhaseMember = "member"
+)
+
+// recordVersion is the Record format this node writes and reads.
+const recordVersion = 1
+
+// Record is the node state record.
+type Record struct {
+	Version   int    `json:"version"`
+	Phase     string `json:"phase"`
+	Cluster   string `json:"cluster"`
+	Node      string `json:"node"`
+	ClusterID string `json:"cluster_id,omitempty"`
+	MemberID  string `json:"member_id,omitempty"`
+}
+
+// readRecord reads a record; a missing file is (nil, nil).
+func readRecord(path string) (*Record, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading node state record: %w", err)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("node state record %s is damaged: %w", path, err)
+	}
+	if r.Version != recordVersion {
+		return nil, fmt.Errorf("node state record %s has version %d, this node reads %d", path, r.Version, recordVersion)
+	}
+	return &r, nil
+}
+
+// writeRecord writes r to path atomically and durably.
+func writeRecord(path string, r *Record) error {
+	r.Version = recordVersion
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
+		return fmt.Errorf("writing node state record: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing node state record: %w", err)
+	}
+	// Sync the filesystem, not just the directory: on the ESP (vfat) a
+	// renamed entry is written only with its inode.
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return unix.Syncfs(int(d.Fd()))
+}
+
+// Decision is what the records say to do.
+type Decision struct {
+	Next State
+	// Record is the record to continue from, if any.
+	Record *Record
+	// Reason explains a Failed decision.
+	Reason error
+}
+
+// decide reads the ESP's and the data volume's records. freshData says the
+// data volume was created on this boot.
+func decide(esp, data *Record, freshData bool) Decision {
+	switch {
+	case esp == nil && data == nil:
+		return Decision{Next: StateCreatingCluster}
+	case esp != nil && esp.Phase == PhaseMember && data == nil:
+		return Decision{Next: StateFailed, Reason: fmt.Errorf(
+			"the ESP says this node is member %s of cluster %s, but its data volume has no record (new: %v): "+
+				"the data volume is not this node's; refusing to bootstrap a second cluster", esp.Node, esp.Cluster, freshData)}
+	case data != nil && data.Phase == PhaseMember:
+		if esp != nil && esp.Phase == PhaseMember && (esp.ClusterID != data.ClusterID || esp.MemberID != data.MemberID) {
+			return Decision{Next: StateFailed, Reason: fmt.Errorf(
+				"the ESP's node state record (cluster %s, member %s) disagrees with the data volume's (cluster %s, member %s)",
+				esp.ClusterID, esp.MemberID, data.ClusterID, data.MemberID)}
+		}
+		return Decision{Next: StateRestarting, Record: data}
+	default:
+		// A bootstrap began but did not finish: start it over.
+		r := data
+		if r == nil {
+			r = esp
+		}
+		return Decision{Next: StateCreatingCluster, Record: r}
+	}
+}

@@ -1,0 +1,69 @@
+// Package cluster is the node's cluster manager: it takes the node from
+// New to Running (or Failed), bootstrapping a new cluster, or restarting
+// into the cluster it already belongs to.
+//
+//	New ──▶ CreatingCluster ──▶ Running
+//	  │ ──▶ Joining ──────────▶   ▲        (multi-node milestone)
+//	  │ ──▶ Restarting ──────────┘
+//	  └───────────────▶ Failed ◀── (from any state but Running)
+//
+// A node state record (Record), written atomically to the ESP and to the
+// data volume, tells a fresh node from one that must restart into its
+// cluster, so that a node never bootstraps twice. A crash during bootstrap
+// leaves a record in phase "bootstrapping": the next boot starts the
+// bootstrap over, from an empty etcd directory, because no other node can
+// have seen that cluster yet.
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+)
+
+// State is where the node is on its way into a cluster.
+type State string
+
+// States of the node.
+const (
+	StateNew             State = "New"
+	StateCreatingCluster State = "CreatingCluster"
+	StateJoining         State = "Joining"
+	StateRestarting      State = "Restarting"
+	StateRunning         State = "Running"
+	StateFailed          State = "Failed"
+)
+
+// transitions lists the states each state may move to.
+var transitions = map[State][]State{
+	StateNew:             {StateCreatingCluster, StateJoining, StateRestarting, StateFailed},
+	StateCreatingCluster: {StateRunning, StateFailed},
+	StateJoining:         {StateRunning, StateFailed},
+	StateRestarting:      {StateRunning, StateFailed},
+}
+
+// machine holds the node's state and logs every transition.
+type machine struct {
+	state State
+	log   *slog.Logger
+}
+
+// to moves to next, logging "state A -> B". A transition the diagram does
+// not allow is a programming error.
+func (m *machine) to(next State) {
+	for _, s := range transitions[m.state] {
+		if s == next {
+			m.log.Info(fmt.Sprintf("state %s -> %s", m.state, next))
+			m.state = next
+			return
+		}
+	}
+	panic(fmt.Sprintf("cluster: no transition from %s to %s", m.state, next))
+}
+
+// fail moves to Failed and logs the reason.
+func (m *machine) fail(reason error) {
+	if m.state != StateFailed {
+		m.to(StateFailed)
+	}
+	m.log.Error("node failed: " + reason.Error())
+}

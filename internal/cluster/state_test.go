@@ -1,0 +1,102 @@
+package cluster
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/borough-os/borough/internal/console"
+)
+
+func TestTransitions(t *testing.T) {
+	var buf bytes.Buffer
+	m := &machine{state: StateNew, log: slog.New(console.NewHandler(&buf))}
+	m.to(StateCreatingCluster)
+	m.to(StateRunning)
+	for _, want := range []string{"borough: state New -> CreatingCluster", "borough: state CreatingCluster -> Running"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, buf.String())
+		}
+	}
+	for _, tc := range []struct{ from, to State }{
+		{StateRunning, StateCreatingCluster}, {StateNew, StateRunning}, {StateFailed, StateRunning}, {StateRunning, StateFailed},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s -> %s was allowed", tc.from, tc.to)
+				}
+			}()
+			(&machine{state: tc.from, log: slog.New(console.NewHandler(&buf))}).to(tc.to)
+		}()
+	}
+	buf.Reset()
+	m = &machine{state: StateNew, log: slog.New(console.NewHandler(&buf))}
+	m.fail(os.ErrPermission)
+	if m.state != StateFailed || !strings.Contains(buf.String(), "state New -> Failed") ||
+		!strings.Contains(buf.String(), "borough: error: node failed: permission denied") {
+		t.Errorf("fail logged:\n%s", buf.String())
+	}
+}
+
+func TestDecide(t *testing.T) {
+	member := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
+	other := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c2", MemberID: "m1"}
+	booting := &Record{Phase: PhaseBootstrapping, Cluster: "prod", Node: "n1"}
+	for _, tc := range []struct {
+		name       string
+		esp, data  *Record
+		want       State
+		wantRecord *Record
+		wantReason string
+	}{
+		{"fresh", nil, nil, StateCreatingCluster, nil, ""},
+		{"member", member, member, StateRestarting, member, ""},
+		{"ESP record lost", nil, member, StateRestarting, member, ""},
+		{"data not this node's", member, nil, StateFailed, nil, "not this node's"},
+		{"records disagree", member, other, StateFailed, nil, "disagrees"},
+		{"crashed bootstrap", booting, booting, StateCreatingCluster, booting, ""},
+		{"crashed bootstrap, data record only", nil, booting, StateCreatingCluster, booting, ""},
+		{"crashed bootstrap, ESP record only", booting, nil, StateCreatingCluster, booting, ""},
+		{"ESP behind data", booting, member, StateRestarting, member, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decide(tc.esp, tc.data, false)
+			if d.Next != tc.want || !cmp.Equal(d.Record, tc.wantRecord) {
+				t.Errorf("decide = %+v, want %s with %+v", d, tc.want, tc.wantRecord)
+			}
+			if tc.wantReason != "" && (d.Reason == nil || !strings.Contains(d.Reason.Error(), tc.wantReason)) {
+				t.Errorf("reason = %v, want it to contain %q", d.Reason, tc.wantReason)
+			}
+		})
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dir", "state.json")
+	if r, err := readRecord(path); r != nil || err != nil {
+		t.Errorf("readRecord of a missing file = %v, %v", r, err)
+	}
+	want := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
+	if err := writeRecord(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readRecord(path)
+	if err != nil || !cmp.Equal(got, want) {
+		t.Errorf("readRecord = %+v, %v, want %+v", got, err, want)
+	}
+	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
+		t.Error("a temporary file was left behind")
+	}
+	for name, content := range map[string]string{"garbage": "{", "version": `{"version":9}`} {
+		os.WriteFile(path, []byte(content), 0o600)
+		if _, err := readRecord(path); err == nil {
+			t.Errorf("readRecord of %s succeeded", name)
+		}
+	}
+}

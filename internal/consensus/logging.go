@@ -1,0 +1,63 @@
+package consensus
+
+import (
+	"context"
+	"log/slog"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// zapLogger returns a zap logger whose entries at minLevel and above go to
+// log, so that etcd's log joins the node's instead of going raw to the
+// console.
+func zapLogger(log *slog.Logger, minLevel zapcore.Level) *zap.Logger {
+	return zap.New(&slogCore{log: log, min: minLevel})
+}
+
+// slogCore is a zapcore.Core writing to a slog.Logger.
+type slogCore struct {
+	log    *slog.Logger
+	min    zapcore.Level
+	fields []zapcore.Field
+}
+
+func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.min }
+
+func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
+	return &slogCore{log: c.log, min: c.min, fields: append(append([]zapcore.Field{}, c.fields...), fields...)}
+}
+
+func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range append(append([]zapcore.Field{}, c.fields...), fields...) {
+		f.AddTo(enc)
+	}
+	attrs := make([]slog.Attr, 0, len(enc.Fields))
+	for k, v := range enc.Fields {
+		attrs = append(attrs, slog.Any(k, v))
+	}
+	c.log.LogAttrs(context.Background(), level(e.Level), e.Message, attrs...)
+	return nil
+}
+
+func (c *slogCore) Sync() error { return nil }
+
+func level(l zapcore.Level) slog.Level {
+	switch {
+	case l >= zapcore.ErrorLevel:
+		return slog.LevelError
+	case l >= zapcore.WarnLevel:
+		return slog.LevelWarn
+	case l >= zapcore.InfoLevel:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}

@@ -1,0 +1,230 @@
+// Package enrolment reads and checks a node's enrolment config: whether it
+// bootstraps a cluster (and whose it is) or joins one, its network, and
+// its storage policy. The schema is proto/enrolment.proto.
+//
+// Load looks in QEMU's fw_cfg first, then on the ESP; with neither, the
+// node bootstraps a cluster with no owner. Parse turns the protobuf into
+// an Enrolment only if every field makes sense; otherwise it returns a
+// *FieldError naming the field and what is wrong with it. A node with a bad
+// config must not touch its data partition.
+package enrolment
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/fwcfg"
+	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+)
+
+// Version is the config version this node reads.
+const Version = 1
+
+// DefaultClusterName names a cluster bootstrapped without a config.
+const DefaultClusterName = "borough"
+
+// Enrolment is a checked enrolment config.
+type Enrolment struct {
+	// Source says where the config came from, for the log.
+	Source string
+	// ClusterName is the cluster to bootstrap.
+	ClusterName string
+	// Owner is the owner's certificate, or nil for a cluster without one.
+	Owner *x509.Certificate
+	// StoragePolicy is how the data volume's key is protected.
+	StoragePolicy storage.TPMPolicy
+	// Network is nil for DHCP.
+	Network *Static
+}
+
+// Static is a fixed network configuration.
+type Static struct {
+	Interface string
+	Addresses []netip.Prefix
+	Gateway4  netip.Addr
+	Gateway6  netip.Addr
+	DNS       []netip.Addr
+}
+
+// FieldError is a config field with a bad value.
+type FieldError struct {
+	// Field is the field's path in the schema, e.g. "bootstrap.cluster_name".
+	Field   string
+	Problem string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("field %s: %s", e.Field, e.Problem)
+}
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Load reads the enrolment config from fw_cfg, else from the ESP mounted at
+// espRoot, else returns the default: bootstrap a cluster with no owner.
+func Load(espRoot string) (*Enrolment, error) {
+	b, err := fwcfg.Read(fwcfg.Enrolment)
+	if err == nil {
+		return Parse(b, "fw_cfg "+fwcfg.Enrolment)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	path := esp.EnrolmentConfig.In(espRoot)
+	b, err = os.ReadFile(path)
+	if err == nil {
+		return Parse(b, "ESP "+string(esp.EnrolmentConfig))
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading enrolment config: %w", err)
+	}
+	return &Enrolment{Source: "none", ClusterName: DefaultClusterName}, nil
+}
+
+// Parse decodes and checks a binary enrolment config; source names where
+// it came from in errors.
+func Parse(b []byte, source string) (*Enrolment, error) {
+	var c enrolmentpb.Config
+	if err := proto.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("enrolment config from %s is not a valid config: %w", source, err)
+	}
+	e, err := Check(&c, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("enrolment config from %s: %w", source, err)
+	}
+	e.Source = source
+	return e, nil
+}
+
+var clusterName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+
+// Check validates c at time now and returns it as an Enrolment.
+func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
+	if unknown := c.ProtoReflect().GetUnknown(); len(unknown) > 0 {
+		return nil, fieldErr("(unknown)", "the config has fields this node does not know; it may be for a newer version")
+	}
+	if c.GetVersion() != Version {
+		return nil, fieldErr("version", "is %d; this node reads version %d", c.GetVersion(), Version)
+	}
+	e := &Enrolment{}
+	switch m := c.GetMode().(type) {
+	case nil:
+		return nil, fieldErr("mode", "neither bootstrap nor join is set")
+	case *enrolmentpb.Config_Join:
+		return nil, fieldErr("join", "joining an existing cluster is not supported yet; use bootstrap")
+	case *enrolmentpb.Config_Bootstrap:
+		if err := checkBootstrap(e, m.Bootstrap, now); err != nil {
+			return nil, err
+		}
+	}
+	policy, err := storagePolicy(c.GetStoragePolicy())
+	if err != nil {
+		return nil, err
+	}
+	e.StoragePolicy = policy
+	if s := c.GetNetwork().GetStatic(); s != nil {
+		if e.Network, err = checkStatic(s); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error {
+	if !clusterName.MatchString(b.GetClusterName()) {
+		return fieldErr("bootstrap.cluster_name", "%q is not 1 to 63 characters of a-z, 0-9 and '-' starting with a letter", b.GetClusterName())
+	}
+	e.ClusterName = b.GetClusterName()
+	der := b.GetOwnerCertificate()
+	if len(der) == 0 {
+		return nil
+	}
+	const field = "bootstrap.owner_certificate"
+	if len(der) > 10 && string(der[:10]) == "-----BEGIN" {
+		return fieldErr(field, "is PEM; give the DER form (borough enrolment bootstrap converts it)")
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return fieldErr(field, "is not an X.509 certificate: %v", err)
+	}
+	switch {
+	case cert.IsCA:
+		return fieldErr(field, "is a CA certificate; give the owner's own (leaf) certificate, since the cluster trusts it as a root")
+	case now.Before(cert.NotBefore):
+		return fieldErr(field, "is not valid before %s (the node's clock says %s)", cert.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	case now.After(cert.NotAfter):
+		return fieldErr(field, "expired on %s", cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	e.Owner = cert
+	return nil
+}
+
+func storagePolicy(p enrolmentpb.StoragePolicy) (storage.TPMPolicy, error) {
+	switch p {
+	case enrolmentpb.StoragePolicy_STORAGE_POLICY_UNSPECIFIED, enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_BEST_EFFORT:
+		return storage.TPMBestEffort, nil
+	case enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_REQUIRED:
+		return storage.TPMRequired, nil
+	case enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_DISABLED:
+		return storage.TPMDisabled, nil
+	}
+	return 0, fieldErr("storage_policy", "%d is not a known policy", int32(p))
+}
+
+func checkStatic(s *enrolmentpb.Static) (*Static, error) {
+	n := &Static{Interface: s.GetInterface()}
+	if len(s.GetAddresses()) == 0 {
+		return nil, fieldErr("network.static.addresses", "is empty; a static network needs at least one address")
+	}
+	var has4, has6 bool
+	for i, a := range s.GetAddresses() {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return nil, fieldErr(fmt.Sprintf("network.static.addresses[%d]", i), "%q is not an address with a prefix length, like 192.0.2.10/24", a)
+		}
+		has4, has6 = has4 || p.Addr().Is4(), has6 || p.Addr().Is6()
+		n.Addresses = append(n.Addresses, p)
+	}
+	var err error
+	if n.Gateway4, err = gateway("network.static.gateway4", s.GetGateway4(), true, has4); err != nil {
+		return nil, err
+	}
+	if n.Gateway6, err = gateway("network.static.gateway6", s.GetGateway6(), false, has6); err != nil {
+		return nil, err
+	}
+	for i, d := range s.GetDns() {
+		a, err := netip.ParseAddr(d)
+		if err != nil {
+			return nil, fieldErr(fmt.Sprintf("network.static.dns[%d]", i), "%q is not an IP address", d)
+		}
+		n.DNS = append(n.DNS, a)
+	}
+	return n, nil
+}
+
+func gateway(field, s string, v4, haveFamily bool) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(s)
+	family := map[bool]string{true: "IPv4", false: "IPv6"}[v4]
+	switch {
+	case err != nil:
+		return a, fieldErr(field, "%q is not an IP address", s)
+	case a.Is4() != v4:
+		return a, fieldErr(field, "%s is not an %s address", s, family)
+	case !haveFamily:
+		return a, fieldErr(field, "is set, but no address is %s: the config contradicts itself", family)
+	}
+	return a, nil
+}

@@ -1,0 +1,204 @@
+package enrolment
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+)
+
+var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// cert makes a self-signed certificate valid from notBefore for a year.
+func cert(t testing.TB, isCA bool, notBefore time.Time) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "owner"},
+		NotBefore:             notBefore,
+		NotAfter:              notBefore.AddDate(1, 0, 0),
+		BasicConstraintsValid: true,
+		IsCA:                  isCA,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}
+
+func bootstrap(name string, owner []byte) *enrolmentpb.Config {
+	return &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Bootstrap{
+		Bootstrap: &enrolmentpb.Bootstrap{ClusterName: name, OwnerCertificate: owner},
+	}}
+}
+
+func static(s *enrolmentpb.Static) *enrolmentpb.Config {
+	c := bootstrap("prod", nil)
+	c.Network = &enrolmentpb.Network{Config: &enrolmentpb.Network_Static{Static: s}}
+	return c
+}
+
+func TestCheck(t *testing.T) {
+	owner := cert(t, false, now.AddDate(0, -1, 0))
+	ownerCert, _ := x509.ParseCertificate(owner)
+	withUnknown := bootstrap("prod", nil)
+	withUnknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	policy := func(p enrolmentpb.StoragePolicy) *enrolmentpb.Config {
+		c := bootstrap("prod", nil)
+		c.StoragePolicy = p
+		return c
+	}
+	for _, tc := range []struct {
+		name      string
+		config    *enrolmentpb.Config
+		want      *Enrolment
+		wantField string
+		wantText  string
+	}{
+		{name: "bootstrap with owner", config: bootstrap("prod-1", owner),
+			want: &Enrolment{ClusterName: "prod-1", Owner: ownerCert}},
+		{name: "bootstrap without owner", config: bootstrap("a", nil), want: &Enrolment{ClusterName: "a"}},
+		{name: "required TPM", config: policy(enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_REQUIRED),
+			want: &Enrolment{ClusterName: "prod", StoragePolicy: storage.TPMRequired}},
+		{name: "disabled TPM", config: policy(enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_DISABLED),
+			want: &Enrolment{ClusterName: "prod", StoragePolicy: storage.TPMDisabled}},
+		{name: "static network", config: static(&enrolmentpb.Static{
+			Interface: "eth0", Addresses: []string{"192.0.2.10/24", "2001:db8::10/64"},
+			Gateway4: "192.0.2.1", Gateway6: "2001:db8::1", Dns: []string{"192.0.2.53"},
+		}), want: &Enrolment{ClusterName: "prod", Network: &Static{
+			Interface: "eth0",
+			Addresses: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")},
+			Gateway4:  netip.MustParseAddr("192.0.2.1"), Gateway6: netip.MustParseAddr("2001:db8::1"),
+			DNS: []netip.Addr{netip.MustParseAddr("192.0.2.53")},
+		}}},
+		{name: "version 0", config: &enrolmentpb.Config{}, wantField: "version", wantText: "is 0"},
+		{name: "version 2", config: &enrolmentpb.Config{Version: 2}, wantField: "version", wantText: "is 2"},
+		{name: "no mode", config: &enrolmentpb.Config{Version: 1}, wantField: "mode"},
+		{name: "join", config: &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{}}},
+			wantField: "join", wantText: "not supported yet"},
+		{name: "empty name", config: bootstrap("", nil), wantField: "bootstrap.cluster_name"},
+		{name: "upper-case name", config: bootstrap("Prod", nil), wantField: "bootstrap.cluster_name"},
+		{name: "long name", config: bootstrap(strings.Repeat("a", 64), nil), wantField: "bootstrap.cluster_name"},
+		{name: "garbage owner", config: bootstrap("prod", []byte("not a certificate")),
+			wantField: "bootstrap.owner_certificate", wantText: "not an X.509 certificate"},
+		{name: "PEM owner", config: bootstrap("prod", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: owner})),
+			wantField: "bootstrap.owner_certificate", wantText: "is PEM"},
+		{name: "CA owner", config: bootstrap("prod", cert(t, true, now.AddDate(0, -1, 0))),
+			wantField: "bootstrap.owner_certificate", wantText: "CA certificate"},
+		{name: "future owner", config: bootstrap("prod", cert(t, false, now.AddDate(0, 1, 0))),
+			wantField: "bootstrap.owner_certificate", wantText: "not valid before"},
+		{name: "expired owner", config: bootstrap("prod", cert(t, false, now.AddDate(-2, 0, 0))),
+			wantField: "bootstrap.owner_certificate", wantText: "expired"},
+		{name: "unknown policy", config: policy(42), wantField: "storage_policy"},
+		{name: "unknown field", config: withUnknown, wantField: "(unknown)"},
+		{name: "static without addresses", config: static(&enrolmentpb.Static{}), wantField: "network.static.addresses"},
+		{name: "bad address", config: static(&enrolmentpb.Static{Addresses: []string{"192.0.2.10"}}),
+			wantField: "network.static.addresses[0]"},
+		{name: "v6 gateway4", config: static(&enrolmentpb.Static{Addresses: []string{"192.0.2.10/24"}, Gateway4: "2001:db8::1"}),
+			wantField: "network.static.gateway4", wantText: "not an IPv4"},
+		{name: "gateway4 without v4 address", config: static(&enrolmentpb.Static{Addresses: []string{"2001:db8::10/64"}, Gateway4: "192.0.2.1"}),
+			wantField: "network.static.gateway4", wantText: "contradicts itself"},
+		{name: "gateway6 without v6 address", config: static(&enrolmentpb.Static{Addresses: []string{"192.0.2.10/24"}, Gateway6: "2001:db8::1"}),
+			wantField: "network.static.gateway6", wantText: "contradicts itself"},
+		{name: "bad dns", config: static(&enrolmentpb.Static{Addresses: []string{"192.0.2.10/24"}, Dns: []string{"dns.example"}}),
+			wantField: "network.static.dns[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Check(tc.config, now)
+			if tc.wantField != "" {
+				var fe *FieldError
+				if !errors.As(err, &fe) || fe.Field != tc.wantField || !strings.Contains(fe.Problem, tc.wantText) {
+					t.Fatalf("Check = %v, want a FieldError for %s containing %q", err, tc.wantField, tc.wantText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{})); diff != "" {
+				t.Errorf("Check (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParse(t *testing.T) {
+	b, err := proto.Marshal(bootstrap("prod", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Parse(b, "test")
+	if err != nil || e.ClusterName != "prod" || e.Source != "test" {
+		t.Errorf("Parse = %+v, %v", e, err)
+	}
+	_, err = Parse([]byte{0xff, 0xff, 0xff}, "fw_cfg x")
+	if err == nil || !strings.Contains(err.Error(), "from fw_cfg x is not a valid config") {
+		t.Errorf("Parse of garbage = %v, want an error naming the source", err)
+	}
+	bad, _ := proto.Marshal(bootstrap("Bad Name", nil))
+	_, err = Parse(bad, "ESP y")
+	var fe *FieldError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "from ESP y: field bootstrap.cluster_name") {
+		t.Errorf("Parse of a bad name = %v", err)
+	}
+}
+
+// FuzzParse checks that no input makes Parse panic, and that whatever it
+// accepts survives a round trip unchanged.
+func FuzzParse(f *testing.F) {
+	for _, c := range []*enrolmentpb.Config{
+		bootstrap("prod", nil),
+		bootstrap("prod", cert(f, false, now.AddDate(0, -1, 0))),
+		static(&enrolmentpb.Static{Addresses: []string{"192.0.2.10/24"}, Gateway4: "192.0.2.1", Dns: []string{"192.0.2.53"}}),
+		{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: []byte("t")}}},
+	} {
+		b, err := proto.Marshal(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := Parse(b, "fuzz")
+		if err != nil {
+			return
+		}
+		var c enrolmentpb.Config
+		if err := proto.Unmarshal(b, &c); err != nil {
+			t.Fatalf("Parse accepted what proto.Unmarshal refuses: %v", err)
+		}
+		again, err := proto.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2, err := Parse(again, "fuzz")
+		if err != nil {
+			t.Fatalf("a re-encoded accepted config was refused: %v", err)
+		}
+		if e.ClusterName != e2.ClusterName || e.StoragePolicy != e2.StoragePolicy {
+			t.Fatalf("round trip changed the config: %+v != %+v", e, e2)
+		}
+	})
+}
