@@ -5,6 +5,8 @@ import (
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/partition/gpt"
+
+	"github.com/borough-os/borough/internal/bootdisk"
 )
 
 const (
@@ -20,7 +22,7 @@ const (
 // be the last one) ending at the last whole MiB, and has the kernel re-read
 // the table. It returns the data partition's new size in bytes, or 0 if
 // there was nothing to grow. Nothing on the disk may be in use.
-func grow(d *Disk) (int64, error) {
+func grow(d *bootdisk.Disk) (int64, error) {
 	var data *gpt.Partition
 	for _, p := range d.Table.Partitions {
 		if p.Index == d.DataIndex {

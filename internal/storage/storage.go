@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/bootdisk"
 	"github.com/borough-os/borough/internal/crypt"
 	"github.com/borough-os/borough/internal/tpm"
 )
@@ -66,7 +67,7 @@ type Config struct {
 
 // Storage is the node's storage.
 type Storage struct {
-	Disk *Disk
+	Disk *bootdisk.Disk
 	// FirstBoot is true if MountData created the data volume.
 	FirstBoot bool
 	log       *slog.Logger
@@ -79,7 +80,7 @@ type Storage struct {
 // mounted, the kernel can re-read the whole partition table. It writes
 // nothing to the data partition.
 func Open(log *slog.Logger) (*Storage, error) {
-	disk, err := FindDisk("/sys", "/dev", "/sys/firmware/efi/efivars")
+	disk, err := bootdisk.FindDisk("/sys", "/dev", "/sys/firmware/efi/efivars")
 	if err != nil {
 		return nil, fmt.Errorf("finding boot disk: %w", err)
 	}

@@ -1,4 +1,8 @@
-package storage
+// Package bootdisk finds the disk the machine booted from, and on it the
+// EFI system partition and Borough's data partition. There is no udev:
+// disks come from sysfs, partitions from each disk's GPT (read with
+// go-diskfs) and their device names from sysfs again.
+package bootdisk
 
 import (
 	"errors"
