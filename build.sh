@@ -5,8 +5,8 @@
 #   OUT                 output directory (default out)
 #   SIZE                image size (default 1GiB)
 #   SOURCE_DATE_EPOCH   timestamp for the ESP (default: the last commit's)
-# Steps: packages, kernel (cached outside the tree: kernel/build.sh), init,
-# host CLI, then `borough image build` (initramfs, boot binary, image).
+# Steps: packages, kernel (cached outside the tree: kernel/build.sh), node,
+# init, host CLI, then `borough image build` (initramfs, boot binary, image).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -43,8 +43,13 @@ mkdir -p "$out/bin"
 say "kernel"
 kernel/build.sh "$out/vmlinuz"
 
+# The node binary goes on the ESP; init, in the initramfs, carries its hash.
+say "node"
+CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$out/node" ./node
 say "init"
-CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$out/init" ./init
+node_sha256=$(sha256sum "$out/node" | cut -d' ' -f1)
+CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -buildid= -X main.nodeSHA256=$node_sha256" \
+	-o "$out/init" ./init
 
 say "host CLI"
 go build -o "$out/bin/borough" ./cmd/borough
@@ -54,7 +59,7 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ] && git rev-parse --verify -q HEAD >/dev/null;
 	export SOURCE_DATE_EPOCH
 fi
 version=$(git describe --always --dirty 2>/dev/null || echo dev)
-"$out/bin/borough" image build --kernel "$out/vmlinuz" --init "$out/init" \
+"$out/bin/borough" image build --kernel "$out/vmlinuz" --init "$out/init" --node "$out/node" \
 	--out "$out" --size "$size" --version "$version"
 
 img=$out/borough.img

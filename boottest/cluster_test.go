@@ -30,7 +30,7 @@ import (
 const running = "borough: node running"
 
 // freePort returns a TCP port on loopback that nothing listens on.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,7 +50,7 @@ func owner(t *testing.T) string {
 }
 
 // fingerprint returns the CA fingerprint the node printed.
-func fingerprint(t *testing.T, vm *qemu.VM) string {
+func fingerprint(t testing.TB, vm *qemu.VM) string {
 	t.Helper()
 	m := regexp.MustCompile(`ca_fingerprint=(sha256:[0-9a-f]{64})`).FindStringSubmatch(vm.Console())
 	if m == nil {
@@ -60,7 +60,7 @@ func fingerprint(t *testing.T, vm *qemu.VM) string {
 }
 
 // etcdEnv runs `borough etcd env` and returns its settings.
-func etcdEnv(t *testing.T, config, node, fp string) map[string]string {
+func etcdEnv(t testing.TB, config, node, fp string) map[string]string {
 	t.Helper()
 	env := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(cli(t, "--config", config, "etcd", "env", node, "--fingerprint", fp)), "\n") {
@@ -72,7 +72,7 @@ func etcdEnv(t *testing.T, config, node, fp string) map[string]string {
 
 // client connects as etcdctl would with the settings, using cert and key
 // (empty: no client certificate).
-func client(t *testing.T, env map[string]string, cert, key string) *clientv3.Client {
+func client(t testing.TB, env map[string]string, cert, key string) *clientv3.Client {
 	t.Helper()
 	roots := x509.NewCertPool()
 	b, err := os.ReadFile(env["ETCDCTL_CACERT"])
@@ -177,17 +177,21 @@ func TestCluster(t *testing.T) {
 	powerOff(t, vm)
 }
 
-// TestClusterESP enrols an image on its ESP (`borough image enrol`).
+// TestClusterESP enrols an image on its ESP (`borough image enrol`), with
+// a static network (QEMU's user network, without its DHCP) and the TPM
+// disabled by policy although the VM has one.
 func TestClusterESP(t *testing.T) {
 	t.Parallel()
 	config := owner(t)
 	cfgFile := filepath.Join(t.TempDir(), "enrolment.pb")
-	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "from-esp", "--storage-policy", "disabled", "--out", cfgFile)
+	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "from-esp", "--storage-policy", "disabled",
+		"--address", "10.0.2.15/24", "--gateway4", "10.0.2.2", "--dns", "10.0.2.3", "--out", cfgFile)
 	img := nodeImage(t, cmdline.PoweroffOnFatal)
 	cli(t, "image", "enrol", img, cfgFile)
-	vm := boot(t, qemu.Options{Image: img})
+	vm := boot(t, qemu.Options{Image: img, TPM: true})
 	expect(t, vm, bootTimeout, "borough: enrolment config source=\"ESP EFI/Borough/enrolment.pb\" cluster=from-esp",
-		"storage_policy=disabled", running)
+		"storage_policy=disabled", "the local unlock key is stored IN CLEAR",
+		"borough: network: network configured link=eth0 address=10.0.2.15/24 method=static", running)
 	powerOff(t, vm)
 }
 

@@ -23,7 +23,7 @@ const (
 	powerTimeout = 60 * time.Second
 )
 
-// outDir is the build output: vmlinuz, init and initramfs.cpio.zst.
+// outDir is the build output: vmlinuz, node, init and initramfs.cpio.zst.
 func outDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("BOROUGH_OUT")
@@ -47,7 +47,8 @@ func read(t testing.TB, path string) []byte {
 }
 
 // buildImage builds a disk image in a temporary directory whose kernel
-// command line has params appended, with the given initramfs.
+// command line has params appended, with the given initramfs and the built
+// node binary on its ESP.
 func buildImage(t testing.TB, initramfs []byte, params ...string) string {
 	t.Helper()
 	out := outDir(t)
@@ -62,7 +63,8 @@ func buildImage(t testing.TB, initramfs []byte, params ...string) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "borough.img")
-	if err := image.Build(path, image.Params{BootBinary: boot, Size: image.DefaultSize}); err != nil {
+	node := read(t, filepath.Join(out, "node"))
+	if err := image.Build(path, image.Params{BootBinary: boot, NodeBinary: node, Size: image.DefaultSize}); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -74,7 +74,7 @@ func TestRecovery(t *testing.T) {
 }
 
 // cli runs the built host CLI and returns its output.
-func cli(t *testing.T, args ...string) string {
+func cli(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(filepath.Join(outDir(t), "bin", "borough"), args...).CombinedOutput()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
 
+	"github.com/borough-os/borough/internal/bootdisk"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/partition"
 	"github.com/borough-os/borough/internal/storage"
@@ -46,7 +47,7 @@ func TestStorage(t *testing.T) {
 	state := t.TempDir()
 	vm := boot(t, qemu.Options{Image: img, StateDir: state, TestParams: cmdline.TestMarker + "=" + marker})
 	expect(t, vm, bootTimeout, "borough: init started", "borough: no TPM found",
-		"esp=/dev/vda1 data=/dev/vda2 found_by="+storage.FoundByLoader)
+		"esp=/dev/vda1 data=/dev/vda2 found_by="+bootdisk.FoundByLoader)
 	expect(t, vm, stepTimeout, "the local unlock key is stored IN CLEAR", created,
 		"borough: test: wrote marker", "borough: test: marker="+marker, ready)
 	powerOff(t, vm)

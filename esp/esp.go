@@ -17,6 +17,9 @@ const (
 	// BootBinary is the unified kernel image. It sits at the removable
 	// media path, so firmware boots it with no boot entry in NVRAM.
 	BootBinary File = "EFI/BOOT/BOOTX64.EFI"
+	// NodeBinary is the node process's program, which the boot
+	// binary's init verifies by hash and runs.
+	NodeBinary File = Dir + "/node"
 	// EnrolmentConfig is the node's enrolment config, when it was put on
 	// the ESP rather than passed through QEMU's fw_cfg.
 	EnrolmentConfig File = Dir + "/enrolment.pb"
@@ -39,9 +42,9 @@ func (f File) In(root string) string {
 	return path.Join(root, string(f))
 }
 
-// Size is the size of the ESP in the image: room for two boot binaries
-// (an update writes the new one beside the old), and above the ~34 MiB
-// below which a FAT32 volume has too few clusters to be valid.
+// Size is the size of the ESP in the image: room for two boot binaries and
+// node binaries (an update writes the new ones beside the old), and above
+// the ~34 MiB below which a FAT32 volume has too few clusters to be valid.
 const Size = 128 << 20
 
 // VolumeLabel is the ESP's FAT volume label.

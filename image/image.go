@@ -1,12 +1,12 @@
 // Package image writes Borough's disk image: a GPT disk with a protective
 // MBR, an EFI system partition (FAT32) holding the boot binary at the
-// removable-media path, and an empty data partition that the node
-// encrypts and formats on first boot.
+// removable-media path and the node binary, and an empty data partition
+// that the node encrypts and formats on first boot.
 //
 // Build is a plan (Plan: pure arithmetic over the parameters) followed by
 // its application with go-diskfs. The same inputs give a byte-identical
-// image: disk and partition GUIDs are derived from the boot binary and the
-// size, and FAT timestamps and serials come from Params.Epoch. The image
+// image: disk and partition GUIDs are derived from the boot and node
+// binaries and the size, and FAT timestamps and serials come from Params.Epoch. The image
 // is sparse: only the GPT and the ESP's used clusters take disk space.
 package image
 
@@ -57,6 +57,9 @@ var namespace = uuid.MustParse("5b0b0b1e-6a1c-4d0e-9b3e-8f1f0c2a7d41")
 type Params struct {
 	// BootBinary is the UKI, written to esp.BootBinary.
 	BootBinary []byte
+	// NodeBinary, if set, is written to esp.NodeBinary; the boot
+	// binary's init runs it.
+	NodeBinary []byte
 	// Size is the image's size in bytes: a multiple of 1 MiB, at least
 	// MinSize.
 	Size int64
@@ -83,11 +86,15 @@ func NewPlan(p Params) (Plan, error) {
 	if len(p.BootBinary) == 0 {
 		return Plan{}, errors.New("boot binary is empty")
 	}
-	if len(p.BootBinary) > esp.Size/2 {
-		return Plan{}, fmt.Errorf("boot binary is %d MiB; the ESP must hold two, so at most %d MiB",
-			len(p.BootBinary)>>20, esp.Size>>21)
+	if n := len(p.BootBinary) + len(p.NodeBinary); n > esp.Size/2 {
+		return Plan{}, fmt.Errorf("boot and node binaries take %d MiB; the ESP must hold two of each, so at most %d MiB",
+			n>>20, esp.Size>>21)
 	}
-	seed := sha256.Sum256(append(p.BootBinary, strconv.FormatInt(p.Size, 10)...))
+	h := sha256.New()
+	h.Write(p.BootBinary)
+	h.Write(p.NodeBinary)
+	h.Write([]byte(strconv.FormatInt(p.Size, 10)))
+	seed := h.Sum(nil)
 	guid := func(role string) string {
 		return uuid.NewSHA1(namespace, append([]byte(role+":"), seed[:]...)).String()
 	}
@@ -157,26 +164,39 @@ func write(path string, p Params, plan Plan) error {
 	if err != nil {
 		return fmt.Errorf("formatting ESP: %w", err)
 	}
-	return writeESP(fs, p.BootBinary)
+	if err := writeESP(fs, p); err != nil {
+		return err
+	}
+	return nil
 }
 
-func writeESP(fs filesystem.FileSystem, boot []byte) error {
+func writeESP(fs filesystem.FileSystem, p Params) error {
 	for _, dir := range []string{filepath.Dir(string(esp.BootBinary)), esp.Dir} {
 		if err := fs.Mkdir("/" + dir); err != nil {
 			return fmt.Errorf("creating ESP directory %s: %w", dir, err)
 		}
 	}
-	f, err := fs.OpenFile("/"+string(esp.BootBinary), os.O_CREATE|os.O_RDWR)
+	if err := writeFile(fs, esp.BootBinary, p.BootBinary); err != nil {
+		return err
+	}
+	if p.NodeBinary != nil {
+		return writeFile(fs, esp.NodeBinary, p.NodeBinary)
+	}
+	return nil
+}
+
+func writeFile(fs filesystem.FileSystem, name esp.File, data []byte) error {
+	f, err := fs.OpenFile("/"+string(name), os.O_CREATE|os.O_RDWR)
 	if err != nil {
-		return fmt.Errorf("creating %s: %w", esp.BootBinary, err)
+		return fmt.Errorf("creating %s: %w", name, err)
 	}
 	// One Write: go-diskfs rewrites the FAT on every Write call.
-	if _, err := f.Write(boot); err != nil {
+	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return fmt.Errorf("writing %s: %w", esp.BootBinary, err)
+		return fmt.Errorf("writing %s: %w", name, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", esp.BootBinary, err)
+		return fmt.Errorf("writing %s: %w", name, err)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ const (
 )
 
 type imageBuildFlags struct {
-	kernel, init, stub, outDir string
+	kernel, init, node, stub, outDir string
 	size, version, appendArgs  string
 }
 
@@ -41,7 +41,8 @@ func imageBuildCommand() *cobra.Command {
 		Long: `Build writes, in --out:
   ` + initramfsFile + `  the initramfs: init and the tools the node runs
   ` + bootFile + `         the unified kernel image (boot binary)
-  ` + imageFile + `         the GPT disk image, sparse
+  ` + imageFile + `         the GPT disk image, sparse, with the boot binary and
+                      the node binary on its ESP
 
 SOURCE_DATE_EPOCH, when set, stamps the files on the ESP.`,
 		Args: cobra.NoArgs,
@@ -50,7 +51,8 @@ SOURCE_DATE_EPOCH, when set, stamps the files on the ESP.`,
 		},
 	}
 	c.Flags().StringVar(&f.kernel, "kernel", "out/vmlinuz", "kernel bzImage with the EFI stub")
-	c.Flags().StringVar(&f.init, "init", "out/init", "static init binary")
+	c.Flags().StringVar(&f.init, "init", "out/init", "static init binary (built with the node binary's hash)")
+	c.Flags().StringVar(&f.node, "node", "out/node", "static node binary, written to the ESP")
 	c.Flags().StringVar(&f.stub, "stub", uki.DebianStub, "systemd EFI stub")
 	c.Flags().StringVar(&f.outDir, "out", "out", "output directory")
 	c.Flags().StringVar(&f.size, "size", "1GiB", "image size (K, M, G, T suffixes are powers of 1024)")
@@ -89,8 +91,12 @@ func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
 	}
 	done()
 
+	node, err := os.ReadFile(f.node)
+	if err != nil {
+		return fmt.Errorf("reading node binary: %w", err)
+	}
 	done = step("disk image %s, %s", filepath.Join(f.outDir, imageFile), f.size)
-	err = image.Build(filepath.Join(f.outDir, imageFile), image.Params{BootBinary: boot, Size: size, Epoch: epoch})
+	err = image.Build(filepath.Join(f.outDir, imageFile), image.Params{BootBinary: boot, NodeBinary: node, Size: size, Epoch: epoch})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,9 @@ const (
 	// mounting /data and, if the file is missing and the parameter has a
 	// value, write the value there first.
 	TestMarker = "borough.test.marker"
+	// TestMemory makes the node log its memory use every N seconds,
+	// N being the value, for benchmarks.
+	TestMemory = "borough.test.memory"
 	// TestPrefix starts every test parameter. Only these may come from
 	// outside the kernel command line (MergeTest).
 	TestPrefix = "borough.test."

@@ -51,7 +51,7 @@ const FatalDelay = 5 * time.Second
 const killGrace = 3 * time.Second
 
 // Run starts argv as the node process and never returns. It must be called
-// by process 1, before anything else runs.
+// by process 1, before it starts any other process.
 func Run(argv []string) {
 	log := slog.New(console.NewHandler(os.Stderr))
 	// With Ctrl-Alt-Del disabled the kernel sends SIGINT to process 1
@@ -154,6 +154,15 @@ func Decide(ws unix.WaitStatus, poweroffOnFatal bool) Action {
 		fatal.Reason = "fatal: node process ended unexpectedly: " + describe(ws)
 		return fatal
 	}
+}
+
+// Fail reports a fatal error found by process 1 before there is a node
+// process, and stops the machine as after a fatal node exit. It does not
+// return.
+func Fail(log *slog.Logger, err error) {
+	log.Error("fatal: " + err.Error())
+	params, _ := cmdline.Read()
+	halt(log, Decide(unix.WaitStatus(ExitFatal<<8), params.Has(cmdline.PoweroffOnFatal)))
 }
 
 // halt stops every process, syncs and carries out a. Process 1 must never

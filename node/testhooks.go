@@ -31,6 +31,11 @@ func testHooks(params cmdline.Params) []supervisor.Service {
 	if params.Has(cmdline.TestOrphan) {
 		s = append(s, supervisor.Service{Name: "orphan-test", Run: orphanTest})
 	}
+	if n, err := strconv.Atoi(params[cmdline.TestMemory]); err == nil && n > 0 {
+		s = append(s, supervisor.Service{Name: "memory", Run: func(ctx context.Context) error {
+			return reportMemory(ctx, time.Duration(n)*time.Second)
+		}})
+	}
 	return s
 }
 
@@ -129,4 +134,35 @@ func testMarker(log *slog.Logger, params cmdline.Params) error {
 	}
 	log.Info("test: marker=" + string(b))
 	return nil
+}
+
+// reportMemory logs the node process's resident memory and the machine's
+// used memory every interval.
+func reportMemory(ctx context.Context, interval time.Duration) error {
+	log := supervisor.Logger(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+		rss := procField("/proc/self/status", "VmRSS:")
+		total, avail := procField("/proc/meminfo", "MemTotal:"), procField("/proc/meminfo", "MemAvailable:")
+		log.Info("test: memory", "node_rss_kib", rss, "machine_used_kib", total-avail)
+	}
+}
+
+// procField returns the number (in kB) after key in a /proc file.
+func procField(path, key string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			n, _ := strconv.Atoi(strings.Fields(v)[0])
+			return n
+		}
+	}
+	return -1
 }

@@ -1,0 +1,82 @@
+//go:build boot
+
+package boottest
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/qemu"
+)
+
+// putRuns is how many puts the latency figures cover.
+const putRuns = 200
+
+// BenchmarkCluster measures a one-node cluster: seconds from QEMU start
+// to "node running" on first boot and from the reboot to "node running"
+// again, the node process's resident memory and the machine's used memory
+// when idle, and put latency from the host through the client port.
+func BenchmarkCluster(b *testing.B) {
+	config := b.TempDir()
+	cli(b, "--config", config, "owner", "init")
+	cfgFile := filepath.Join(b.TempDir(), "enrolment.pb")
+	cli(b, "--config", config, "enrolment", "bootstrap", "--cluster", "bench", "--out", cfgFile)
+	img := nodeImage(b)
+	port := freePort(b)
+	vm, err := qemu.Start(b.Context(), qemu.Options{Image: img, StateDir: b.TempDir(), Network: true, FwCfg: cfgFile,
+		Forwards: []qemu.Forward{{Host: port, Guest: 2379}}, TestParams: cmdline.TestMemory + "=5"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer vm.Kill()
+	first, err := vm.WaitFor(running, bootTimeout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	node := "127.0.0.1:" + strconv.Itoa(port)
+	env := etcdEnv(b, config, node, fingerprint(b, vm))
+	c := client(b, env, env["ETCDCTL_CERT"], env["ETCDCTL_KEY"])
+	var lat []float64
+	for i := range putRuns {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := time.Now()
+		_, err := c.Put(ctx, "bench", fmt.Sprint(i))
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start).Seconds())
+	}
+	slices.Sort(lat)
+	if _, err := vm.WaitFor("borough: memory: test: memory", stepTimeout); err != nil {
+		b.Fatal(err)
+	}
+	m := regexp.MustCompile(`test: memory node_rss_kib=(\d+) machine_used_kib=(\d+)`).FindAllStringSubmatch(vm.Console(), -1)
+	rss, _ := strconv.Atoi(m[len(m)-1][1])
+	used, _ := strconv.Atoi(m[len(m)-1][2])
+
+	if err := vm.CtrlAltDel(); err != nil {
+		b.Fatal(err)
+	}
+	down, err := vm.WaitFor("borough: rebooting", stepTimeout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	up, err := vm.WaitFor(running, bootTimeout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(first.Seconds(), "s-to-running")
+	b.ReportMetric((up - down).Seconds(), "s-reboot-to-running")
+	b.ReportMetric(float64(rss)/1024, "MiB-node-rss")
+	b.ReportMetric(float64(used)/1024, "MiB-machine-used")
+	b.ReportMetric(lat[len(lat)/2]*1000, "ms-put-p50")
+	b.ReportMetric(lat[len(lat)*99/100]*1000, "ms-put-p99")
+}

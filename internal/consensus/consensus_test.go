@@ -1,0 +1,124 @@
+package consensus
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/console"
+	"github.com/borough-os/borough/internal/pki"
+)
+
+// TestConsensus runs a real one-member etcd on loopback: the local socket
+// works, the TLS client port takes a certificate of the cluster CA and
+// refuses a stranger's, and the CRL watcher writes what is put in etcd.
+func TestConsensus(t *testing.T) {
+	dir := t.TempDir()
+	files := Files{Dir: filepath.Join(dir, "pki")}
+	now := time.Now()
+	ca, err := pki.NewCA("test", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := ca.Issue("n1", []net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := pki.KeyPEM(node.Key)
+	crl, _ := ca.CRL(1, nil, now)
+	os.MkdirAll(files.Dir, 0o700)
+	for path, b := range map[string][]byte{
+		files.CA(): pki.CertPEM(ca.Cert), files.Cert(): append(pki.CertPEM(node.Cert), pki.CertPEM(ca.Cert)...),
+		files.Key(): key, files.Trusted(): pki.CertPEM(ca.Cert), files.CRL(): crl,
+	} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs bytes.Buffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("etcd's log:\n%s", logs.String())
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Config{
+		Name: "n1", Cluster: "test", DataDir: filepath.Join(dir, "etcd"), PKI: files,
+		IP: netip.MustParseAddr("127.0.0.1"), New: true, Socket: filepath.Join(dir, "etcd.sock"),
+		Log: slog.New(console.NewHandler(&logs)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+
+	if _, err := c.Client.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("put over the local socket: %v", err)
+	}
+	if c.ClusterID() == 0 || c.MemberID() == 0 {
+		t.Error("no cluster or member ID")
+	}
+
+	remote := func(cert *pki.Cert) error {
+		roots := x509.NewCertPool()
+		roots.AddCert(ca.Cert)
+		cfg := &tls.Config{RootCAs: roots}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{cert.Cert.Raw}, PrivateKey: cert.Key}}
+		}
+		cl, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://127.0.0.1:2379"}, TLS: cfg, DialTimeout: 5 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer rcancel()
+		_, err = cl.Get(rctx, "k")
+		return err
+	}
+	member, _ := ca.Issue("client", nil, nil, now)
+	other, _ := pki.NewCA("other", now)
+	stranger, _ := other.Issue("stranger", nil, nil, now)
+	for _, tc := range []struct {
+		name string
+		cert *pki.Cert
+		ok   bool
+	}{{"cluster CA", member, true}, {"other CA", stranger, false}, {"none", nil, false}} {
+		if err := remote(tc.cert); (err == nil) != tc.ok {
+			t.Errorf("remote client with %s certificate: err = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+
+	newCRL, _ := ca.CRL(2, []*big.Int{stranger.Cert.SerialNumber}, now)
+	if _, err := c.Client.Put(ctx, KeyCRL, string(newCRL)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, _ := os.ReadFile(files.CRL())
+		if bytes.Equal(b, newCRL) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the CRL watcher did not write the new CRL")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
