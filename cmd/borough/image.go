@@ -30,7 +30,7 @@ const (
 
 type imageBuildFlags struct {
 	kernel, init, node, stub, outDir string
-	size, version, appendArgs  string
+	size, version, appendArgs        string
 }
 
 func imageBuildCommand() *cobra.Command {
