@@ -46,8 +46,8 @@ func TestStorage(t *testing.T) {
 	img := nodeImage(t, cmdline.PoweroffOnFatal)
 	state := t.TempDir()
 	vm := boot(t, qemu.Options{Image: img, StateDir: state, TestParams: cmdline.TestMarker + "=" + marker})
-	expect(t, vm, bootTimeout, "borough: init started", "borough: no TPM found",
-		"esp=/dev/vda1 data=/dev/vda2 found_by="+bootdisk.FoundByLoader)
+	expect(t, vm, bootTimeout, "borough: init started",
+		"esp=/dev/vda1 data=/dev/vda2 found_by="+bootdisk.FoundByLoader, "borough: no TPM found")
 	expect(t, vm, stepTimeout, "the local unlock key is stored IN CLEAR", created,
 		"borough: test: wrote marker", "borough: test: marker="+marker, ready)
 	powerOff(t, vm)
