@@ -208,7 +208,7 @@ func TestBadConfig(t *testing.T) {
 	before := dataHash(t, img)
 	vm := boot(t, qemu.Options{Image: img, FwCfg: bad})
 	expect(t, vm, bootTimeout, "borough: state New -> Failed",
-		"borough: error: node failed: enrolment config from fw_cfg opt/borough/enrolment: field version: is 7; this node reads version 1",
+		"borough: node failed: enrolment config from fw_cfg opt/borough/enrolment: field version: is 7; this node reads version 1",
 		ready)
 	powerOff(t, vm)
 	if strings.Contains(vm.Console(), "data volume") {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -139,8 +140,12 @@ func showEnrolment(stdout io.Writer, path string) error {
 		return fmt.Errorf("%s is not an enrolment config: %w", path, err)
 	}
 	fmt.Fprint(stdout, prototext.MarshalOptions{Multiline: true}.Format(&c))
-	if _, err := enrolment.Parse(b, path); err != nil {
+	e, err := enrolment.Parse(b, path)
+	if err != nil {
 		return err
+	}
+	if e.Owner != nil {
+		fmt.Fprintf(stdout, "# owner: %s %s\n", e.Owner.Subject.CommonName, pki.Fingerprint(e.Owner))
 	}
 	fmt.Fprintln(stdout, "# a node accepts this config")
 	return nil

@@ -60,10 +60,12 @@ func (m *machine) to(next State) {
 	panic(fmt.Sprintf("cluster: no transition from %s to %s", m.state, next))
 }
 
-// fail moves to Failed and logs the reason.
+// fail moves to Failed and logs the reason, as "node failed: <reason>"
+// (at info level, so that the line reads exactly so; the transition
+// before it says the node failed).
 func (m *machine) fail(reason error) {
 	if m.state != StateFailed {
 		m.to(StateFailed)
 	}
-	m.log.Error("node failed: " + reason.Error())
+	m.log.Info("node failed: " + reason.Error())
 }

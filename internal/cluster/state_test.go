@@ -39,7 +39,7 @@ func TestTransitions(t *testing.T) {
 	m = &machine{state: StateNew, log: slog.New(console.NewHandler(&buf))}
 	m.fail(os.ErrPermission)
 	if m.state != StateFailed || !strings.Contains(buf.String(), "state New -> Failed") ||
-		!strings.Contains(buf.String(), "borough: error: node failed: permission denied") {
+		!strings.Contains(buf.String(), "borough: node failed: permission denied") {
 		t.Errorf("fail logged:\n%s", buf.String())
 	}
 }
