@@ -45,4 +45,5 @@ bench: sizes
   kernel                     $(mib "$(stat -c %s "$out/vmlinuz")") MiB
   initramfs (zstd)           $(mib "$(stat -c %s "$out/initramfs.cpio.zst")") MiB
   init binary                $(mib "$(stat -c %s "$out/init")") MiB
+  node binary (on the ESP)   $(mib "$(stat -c %s "$out/node")") MiB
 REPORT
