@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/build.sh: build-time and size figures for `make bench`.
-#   cold kernel  kernel/build.sh into an empty cache (about 5 minutes on
+#   cold kernel  kernel/build.sh into an empty cache (about 11 minutes on
 #                2 cores; BENCH_COLD=0 skips it and says so)
 #   warm build   ./build.sh after editing one init source file, kernel
 #                cached (target: under 30 s)

@@ -45,7 +45,7 @@ if [ -f "$entry/bzImage" ]; then
 	cp "$entry/bzImage" "$out"
 	exit 0
 fi
-log "cache miss $key: building $pkg $version (about 5 minutes on 2 cores)"
+log "cache miss $key: building $pkg $version (about 10 minutes on 2 cores)"
 
 src=$cache/src-$version
 if [ ! -f "$src/.extracted" ]; then
