@@ -43,13 +43,10 @@ mkdir -p "$out/bin"
 say "kernel"
 kernel/build.sh "$out/vmlinuz"
 
-# The node binary goes on the ESP; init, in the initramfs, carries its hash.
 say "node"
 CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$out/node" ./node
 say "init"
-node_sha256=$(sha256sum "$out/node" | cut -d' ' -f1)
-CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -buildid= -X main.nodeSHA256=$node_sha256" \
-	-o "$out/init" ./init
+CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$out/init" ./init
 
 say "host CLI"
 go build -o "$out/bin/borough" ./cmd/borough

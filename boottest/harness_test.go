@@ -23,7 +23,7 @@ const (
 	powerTimeout = 60 * time.Second
 )
 
-// outDir is the build output: vmlinuz, node, init and initramfs.cpio.zst.
+// outDir is the build output: vmlinuz, initramfs.cpio.zst, node.cpio.zst.
 func outDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("BOROUGH_OUT")
@@ -48,7 +48,7 @@ func read(t testing.TB, path string) []byte {
 
 // buildImage builds a disk image in a temporary directory whose kernel
 // command line has params appended, with the given initramfs and the built
-// node binary on its ESP.
+// node payload on its ESP.
 func buildImage(t testing.TB, initramfs []byte, params ...string) string {
 	t.Helper()
 	out := outDir(t)
@@ -63,8 +63,8 @@ func buildImage(t testing.TB, initramfs []byte, params ...string) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "borough.img")
-	node := read(t, filepath.Join(out, "node"))
-	if err := image.Build(path, image.Params{BootBinary: boot, NodeBinary: node, Size: image.DefaultSize}); err != nil {
+	payload := read(t, filepath.Join(out, "node.cpio.zst"))
+	if err := image.Build(path, image.Params{BootBinary: boot, NodePayload: payload, Size: image.DefaultSize}); err != nil {
 		t.Fatal(err)
 	}
 	return path

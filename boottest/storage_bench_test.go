@@ -15,7 +15,7 @@ import (
 // storageRuns is how many first and later boots the medians cover.
 const storageRuns = 3
 
-// BenchmarkStorage measures, with a TPM, the time from "init started" to
+// BenchmarkStorage measures, with a TPM, the time from the node process's start to
 // /data mounted on first boot and on a later boot, with the phases the
 // node reports: unseal, map, mkfs or fsck, mount.
 func BenchmarkStorage(b *testing.B) {
@@ -43,7 +43,7 @@ func BenchmarkStorage(b *testing.B) {
 			if err := vm.PowerOff(powerTimeout); err != nil {
 				b.Fatal(err)
 			}
-			phase.into["total"] = append(phase.into["total"], kernelTime(b, console, phase.line)-kernelTime(b, console, "borough: init started"))
+			phase.into["total"] = append(phase.into["total"], kernelTime(b, console, phase.line)-kernelTime(b, console, "borough: node process started"))
 			for _, f := range phase.fields {
 				phase.into[f] = append(phase.into[f], field(b, console, phase.line, f))
 			}

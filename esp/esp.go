@@ -17,9 +17,11 @@ const (
 	// BootBinary is the unified kernel image. It sits at the removable
 	// media path, so firmware boots it with no boot entry in NVRAM.
 	BootBinary File = "EFI/BOOT/BOOTX64.EFI"
-	// NodeBinary is the node process's program, which the boot
-	// binary's init verifies by hash and runs.
-	NodeBinary File = Dir + "/node"
+	// NodePayload is the node's software: a zstd cpio archive with the
+	// node binary (bin/node) and the tools it runs. The boot binary's
+	// init checks it against the hash in its initramfs, unpacks it and
+	// runs the node.
+	NodePayload File = Dir + "/node.cpio.zst"
 	// EnrolmentConfig is the node's enrolment config, when it was put on
 	// the ESP rather than passed through QEMU's fw_cfg.
 	EnrolmentConfig File = Dir + "/enrolment.pb"

@@ -1,12 +1,12 @@
 // Package image writes Borough's disk image: a GPT disk with a protective
 // MBR, an EFI system partition (FAT32) holding the boot binary at the
-// removable-media path and the node binary, and an empty data partition
+// removable-media path and the node payload, and an empty data partition
 // that the node encrypts and formats on first boot.
 //
 // Build is a plan (Plan: pure arithmetic over the parameters) followed by
 // its application with go-diskfs. The same inputs give a byte-identical
-// image: disk and partition GUIDs are derived from the boot and node
-// binaries and the size, and FAT timestamps and serials come from Params.Epoch. The image
+// image: disk and partition GUIDs are derived from the boot binary, the
+// node payload and the size, and FAT timestamps and serials come from Params.Epoch. The image
 // is sparse: only the GPT and the ESP's used clusters take disk space.
 package image
 
@@ -57,9 +57,9 @@ var namespace = uuid.MustParse("5b0b0b1e-6a1c-4d0e-9b3e-8f1f0c2a7d41")
 type Params struct {
 	// BootBinary is the UKI, written to esp.BootBinary.
 	BootBinary []byte
-	// NodeBinary, if set, is written to esp.NodeBinary; the boot
-	// binary's init runs it.
-	NodeBinary []byte
+	// NodePayload, if set, is written to esp.NodePayload; the boot
+	// binary's init unpacks it and runs the node.
+	NodePayload []byte
 	// Size is the image's size in bytes: a multiple of 1 MiB, at least
 	// MinSize.
 	Size int64
@@ -86,13 +86,13 @@ func NewPlan(p Params) (Plan, error) {
 	if len(p.BootBinary) == 0 {
 		return Plan{}, errors.New("boot binary is empty")
 	}
-	if n := len(p.BootBinary) + len(p.NodeBinary); n > esp.Size/2 {
-		return Plan{}, fmt.Errorf("boot and node binaries take %d MiB; the ESP must hold two of each, so at most %d MiB",
+	if n := len(p.BootBinary) + len(p.NodePayload); n > esp.Size/2 {
+		return Plan{}, fmt.Errorf("boot binary and node payload take %d MiB; the ESP must hold two of each, so at most %d MiB",
 			n>>20, esp.Size>>21)
 	}
 	h := sha256.New()
 	h.Write(p.BootBinary)
-	h.Write(p.NodeBinary)
+	h.Write(p.NodePayload)
 	h.Write([]byte(strconv.FormatInt(p.Size, 10)))
 	seed := h.Sum(nil)
 	guid := func(role string) string {
@@ -179,8 +179,8 @@ func writeESP(fs filesystem.FileSystem, p Params) error {
 	if err := writeFile(fs, esp.BootBinary, p.BootBinary); err != nil {
 		return err
 	}
-	if p.NodeBinary != nil {
-		return writeFile(fs, esp.NodeBinary, p.NodeBinary)
+	if p.NodePayload != nil {
+		return writeFile(fs, esp.NodePayload, p.NodePayload)
 	}
 	return nil
 }

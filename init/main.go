@@ -1,7 +1,7 @@
 // Command init is Borough's PID 1.
 //
-// The kernel starts it from the initramfs. It mounts the pseudo-filesystems,
-// opens every console, says "init started", and then loads the node: the
+// The kernel starts it from the initramfs. It says "init started", mounts
+// the pseudo-filesystems, opens every console, and then loads the node: the
 // node process's binary (node/, which embeds etcd and is ten times the size
 // of this one) lives on the ESP, not in the initramfs, so that firmware and
 // kernel need not load and unpack it before init can run. The boot binary
@@ -27,12 +27,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "init: Borough's init runs as process 1; there is nothing to do here")
 		os.Exit(2)
 	}
+	// The first line goes to /dev/console (the kernel's last console=,
+	// the serial port), before the mounts that opening every console
+	// needs; everything after it goes to every console.
 	log := slog.New(console.NewHandler(os.Stderr))
+	log.Info("init started")
 	if err := pseudofs.MountAll(); err != nil {
 		pid1.Fail(log, fmt.Errorf("mounting pseudo-filesystems: %w", err))
 	}
 	log = slog.New(console.NewHandler(console.Open(os.Stderr)))
-	log.Info("init started")
 	node, err := loadNode(log)
 	if err != nil {
 		pid1.Fail(log, fmt.Errorf("loading the node: %w", err))

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/initramfs"
+	"github.com/borough-os/borough/internal/payload"
 	"github.com/borough-os/borough/internal/uki"
 )
 
@@ -24,6 +27,7 @@ func imageCommand() *cobra.Command {
 // Output file names in the output directory.
 const (
 	initramfsFile = "initramfs.cpio.zst"
+	payloadFile   = "node.cpio.zst"
 	bootFile      = "borough.efi"
 	imageFile     = "borough.img"
 )
@@ -39,10 +43,11 @@ func imageBuildCommand() *cobra.Command {
 		Use:   "build",
 		Short: "Build the initramfs, boot binary and disk image from a kernel and an init",
 		Long: `Build writes, in --out:
-  ` + initramfsFile + `  the initramfs: init and the tools the node runs
+  ` + payloadFile + `       the node payload: node binary and the tools it runs
+  ` + initramfsFile + `  the initramfs: init and the node payload's hash
   ` + bootFile + `         the unified kernel image (boot binary)
   ` + imageFile + `         the GPT disk image, sparse, with the boot binary and
-                      the node binary on its ESP
+                      the node payload on its ESP
 
 SOURCE_DATE_EPOCH, when set, stamps the files on the ESP.`,
 		Args: cobra.NoArgs,
@@ -52,7 +57,7 @@ SOURCE_DATE_EPOCH, when set, stamps the files on the ESP.`,
 	}
 	c.Flags().StringVar(&f.kernel, "kernel", "out/vmlinuz", "kernel bzImage with the EFI stub")
 	c.Flags().StringVar(&f.init, "init", "out/init", "static init binary (built with the node binary's hash)")
-	c.Flags().StringVar(&f.node, "node", "out/node", "static node binary, written to the ESP")
+	c.Flags().StringVar(&f.node, "node", "out/node", "static node binary, for the node payload on the ESP")
 	c.Flags().StringVar(&f.stub, "stub", uki.DebianStub, "systemd EFI stub")
 	c.Flags().StringVar(&f.outDir, "out", "out", "output directory")
 	c.Flags().StringVar(&f.size, "size", "1GiB", "image size (K, M, G, T suffixes are powers of 1024)")
@@ -77,8 +82,27 @@ func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
 		}
 	}
 
-	done := step("initramfs %s", filepath.Join(f.outDir, initramfsFile))
-	initrd, err := writeInitramfs(f.init, filepath.Join(f.outDir, initramfsFile))
+	payloadPath := filepath.Join(f.outDir, payloadFile)
+	done := step("node payload %s", payloadPath)
+	node, err := writeArchive(payloadPath, initramfs.Params{
+		Files: append([]string{f.node + ":" + payload.NodeBinary}, initramfs.NodeFiles...),
+	})
+	if err != nil {
+		return err
+	}
+	done()
+
+	// The initramfs carries the payload's hash: init runs only the
+	// payload that the (measured) boot binary names.
+	sum := sha256.Sum256(node)
+	hashFile := filepath.Join(f.outDir, "node-payload.sha256")
+	if err := os.WriteFile(hashFile, []byte(hex.EncodeToString(sum[:])+"\n"), 0o644); err != nil {
+		return err
+	}
+	done = step("initramfs %s", filepath.Join(f.outDir, initramfsFile))
+	initrd, err := writeArchive(filepath.Join(f.outDir, initramfsFile), initramfs.Params{
+		Init: f.init, Files: []string{hashFile + ":" + payload.Hash},
+	})
 	if err != nil {
 		return err
 	}
@@ -91,12 +115,8 @@ func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
 	}
 	done()
 
-	node, err := os.ReadFile(f.node)
-	if err != nil {
-		return fmt.Errorf("reading node binary: %w", err)
-	}
 	done = step("disk image %s, %s", filepath.Join(f.outDir, imageFile), f.size)
-	err = image.Build(filepath.Join(f.outDir, imageFile), image.Params{BootBinary: boot, NodeBinary: node, Size: size, Epoch: epoch})
+	err = image.Build(filepath.Join(f.outDir, imageFile), image.Params{BootBinary: boot, NodePayload: node, Size: size, Epoch: epoch})
 	if err != nil {
 		return err
 	}
@@ -104,13 +124,14 @@ func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
 	return nil
 }
 
-func writeInitramfs(init, path string) ([]byte, error) {
+// writeArchive builds an archive to path and returns its bytes.
+func writeArchive(path string, p initramfs.Params) ([]byte, error) {
 	out, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
 	defer out.Close()
-	if err := initramfs.Build(out, initramfs.Params{Init: init, Files: initramfs.NodeFiles}); err != nil {
+	if err := initramfs.Build(out, p); err != nil {
 		return nil, err
 	}
 	if err := out.Close(); err != nil {

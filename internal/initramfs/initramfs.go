@@ -1,6 +1,7 @@
-// Package initramfs builds Borough's initramfs: a zstd-compressed cpio
-// archive holding the static Go init as /init and the host programs the
-// node runs (mke2fs, e2fsck), each with the shared libraries it needs.
+// Package initramfs builds Borough's zstd-compressed cpio archives: the
+// initramfs, holding the static Go init as /init, and the node payload,
+// holding the node binary and the host programs the node runs (mke2fs,
+// e2fsck), each with the shared libraries it needs (see internal/payload).
 //
 // It uses u-root's mkuimage (uimage) to collect the files and their
 // libraries (through u-root's pkg/ldd) and to write the cpio archive with
@@ -25,7 +26,8 @@ import (
 
 // Params says what goes into the initramfs.
 type Params struct {
-	// Init is the host path of the static init binary; it becomes /init.
+	// Init, if set, is the host path of the static init binary; it
+	// becomes /init.
 	Init string
 	// Files are host files to add: "PATH" at the same path in the
 	// archive, or "PATH:ARCHIVEPATH". ELF programs among them bring the
@@ -33,8 +35,8 @@ type Params struct {
 	Files []string
 }
 
-// NodeFiles are the host files the node needs besides init: the ext4
-// tools for the data partition, and mke2fs's defaults.
+// NodeFiles are the host files the node payload holds besides the node
+// binary: the ext4 tools for the data partition, and mke2fs's defaults.
 var NodeFiles = []string{"/sbin/mke2fs", "/sbin/e2fsck", "/etc/mke2fs.conf"}
 
 // base is the skeleton every Borough initramfs starts from. The kernel
@@ -62,7 +64,10 @@ func Build(w io.Writer, p Params) error {
 	defer os.RemoveAll(tmp)
 	archive := filepath.Join(tmp, "initramfs.cpio")
 
-	files := []string{p.Init + ":init"}
+	var files []string
+	if p.Init != "" {
+		files = append(files, p.Init+":init")
+	}
 	for _, f := range p.Files {
 		src, _, _ := strings.Cut(f, ":")
 		if _, err := os.Stat(src); err != nil {
