@@ -45,5 +45,6 @@ bench: sizes
   kernel                     $(mib "$(stat -c %s "$out/vmlinuz")") MiB
   initramfs (zstd)           $(mib "$(stat -c %s "$out/initramfs.cpio.zst")") MiB
   init binary                $(mib "$(stat -c %s "$out/init")") MiB
-  node binary (on the ESP)   $(mib "$(stat -c %s "$out/node")") MiB
+  node binary               $(mib "$(stat -c %s "$out/node")") MiB
+  node payload (ESP, zstd)   $(mib "$(stat -c %s "$out/node.cpio.zst")") MiB
 REPORT
