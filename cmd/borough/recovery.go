@@ -77,7 +77,7 @@ func copyKeys(stdout io.Writer, disk, outDir string) error {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 		path := filepath.Join(outDir, name)
-		if err := os.WriteFile(path, key, 0o600); err != nil {
+		if err := writeSecret(path, key); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %s\n", path)
@@ -132,7 +132,7 @@ func volumeKey(stdout io.Writer, device, lukPath, cukPath, out string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", device, err)
 	}
-	if err := os.WriteFile(out, key, 0o600); err != nil {
+	if err := writeSecret(out, key); err != nil {
 		return err
 	}
 	offset := start/512 + crypt.DataOffset
@@ -167,4 +167,18 @@ func findPartition(path, typ string) (int, *gpt.Partition, error) {
 		}
 	}
 	return 0, nil, fmt.Errorf("%s has no partition of type %s", path, typ)
+}
+
+// writeSecret writes key material to a new file only the user can read. It
+// refuses to replace a file (or follow a symlink) that is already there.
+func writeSecret(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("writing key file: %w (remove it first)", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

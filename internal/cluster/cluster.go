@@ -19,6 +19,7 @@ import (
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/supervisor"
 )
 
 // Socket is where local clients reach etcd.
@@ -76,9 +77,14 @@ func (mg *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 	mg.m.to(StateRunning)
-	mg.cfg.Log.Info("node running", "cluster", mg.cfg.Enrolment.ClusterName, "member", c.cfg.Name,
+	mg.cfg.Log.Info("node running", "cluster", c.cfg.Cluster, "member", c.cfg.Name,
 		"client", net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.ClientPort)))
-	return c.Run(ctx)
+	err = c.Run(ctx)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// Running has no way back but a fresh start: reboot into Restarting.
+	return supervisor.Fatal(fmt.Errorf("the cluster member stopped: %w", err))
 }
 
 // member is a started consensus member and its config.
@@ -158,9 +164,15 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*member, error)
 	return &member{Consensus: c, cfg: cfg}, nil
 }
 
-// restart starts the member from its data.
+// restart starts the member from its data. The cluster is the record's:
+// an enrolment config applies only to a node's first boot.
 func (mg *Manager) restart(ctx context.Context, rec *Record) (*member, error) {
+	if name := mg.cfg.Enrolment.ClusterName; name != rec.Cluster {
+		mg.cfg.Log.Warn("the enrolment config names cluster "+name+", but this node is a member of "+rec.Cluster+
+			"; an enrolment config applies only to a node's first boot", "cluster", rec.Cluster)
+	}
 	cfg := mg.consensusConfig(rec.Node, false)
+	cfg.Cluster = rec.Cluster
 	c, err := consensus.Start(ctx, cfg)
 	if err != nil {
 		return nil, err

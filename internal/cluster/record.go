@@ -100,10 +100,11 @@ func decide(esp, data *Record, freshData bool) Decision {
 	switch {
 	case esp == nil && data == nil:
 		return Decision{Next: StateCreatingCluster}
-	case esp != nil && esp.Phase == PhaseMember && data == nil:
+	case esp != nil && esp.Phase == PhaseMember && (data == nil || data.Phase != PhaseMember):
 		return Decision{Next: StateFailed, Reason: fmt.Errorf(
-			"the ESP says this node is member %s of cluster %s, but its data volume has no record (new: %v): "+
-				"the data volume is not this node's; refusing to bootstrap a second cluster", esp.Node, esp.Cluster, freshData)}
+			"the ESP says this node is member %s of cluster %s, but its data volume does not (new: %v): "+
+				"the data volume is not this node's, or was rolled back; refusing to bootstrap a second cluster",
+			esp.Node, esp.Cluster, freshData)}
 	case data != nil && data.Phase == PhaseMember:
 		if esp != nil && esp.Phase == PhaseMember && (esp.ClusterID != data.ClusterID || esp.MemberID != data.MemberID) {
 			return Decision{Next: StateFailed, Reason: fmt.Errorf(

@@ -64,6 +64,7 @@ func TestDecide(t *testing.T) {
 		{"crashed bootstrap, data record only", nil, booting, StateCreatingCluster, booting, ""},
 		{"crashed bootstrap, ESP record only", booting, nil, StateCreatingCluster, booting, ""},
 		{"ESP behind data", booting, member, StateRestarting, member, ""},
+		{"data rolled back to a bootstrap", member, booting, StateFailed, nil, "rolled back"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decide(tc.esp, tc.data, false)

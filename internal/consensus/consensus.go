@@ -167,6 +167,9 @@ func (c *Consensus) MemberID() uint64  { return uint64(c.etcd.Server.MemberID())
 //  3. etcd stops serving and closes its data.
 func (c *Consensus) Run(ctx context.Context) error {
 	defer c.Close()
+	// Stops the watchers (before Close, deferred earlier) whatever ends Run.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errs := make(chan error, 2)
 	go func() { errs <- c.watchCRL(ctx) }()
 	go func() { errs <- c.autopromote(ctx) }()

@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -33,7 +34,10 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 			}
 		}
 	}
-	return ctx.Err()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.New("the CRL watch ended")
 }
 
 // writeCRL replaces the CRL file atomically: etcd reads it on every peer

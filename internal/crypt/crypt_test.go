@@ -118,6 +118,10 @@ func TestProbe(t *testing.T) {
 		{"ext4 superblock", func(d disk) { d[1024+56], d[1024+57] = 0x53, 0xEF }, StateForeign, ""},
 		{"a stray byte in the ciphertext area", func(d disk) { d[1<<20] = 1 }, StateForeign, ""},
 		{"garbled intent", func(d disk) { WriteIntent(d); d[100] = 1 }, StateForeign, ""},
+		{"header torn before its first sector", func(d disk) {
+			WriteIntent(d)
+			copy(d[sectorSize:HeaderSize], h.Marshal()[sectorSize:])
+		}, StateFormatting, ""},
 		{"flipped header bit", func(d disk) { WriteHeader(d, h); d[offSalt] ^= 1 }, StateDamaged, "checksum mismatch"},
 		{"future version", func(d disk) {
 			WriteHeader(d, h)

@@ -12,6 +12,9 @@ import (
 // HeaderSize is the size of the header block at the start of the partition.
 const HeaderSize = 4096
 
+// sectorSize is the unit a disk writes atomically.
+const sectorSize = 512
+
 // probeSize is how much of the partition Probe reads: the header area and
 // the first MiB of ciphertext. Other filesystems and volume formats put
 // their superblocks in the first MiB, so data there means "not empty".
@@ -110,7 +113,10 @@ func Probe(r io.ReaderAt) (State, *Header, error) {
 			return StateDamaged, nil, err
 		}
 		return StateFormatted, h, nil
-	case bytes.Equal(b[:8], magicIntent) && bytes.Equal(b[:HeaderSize], intentRecord()):
+	case bytes.Equal(b[:sectorSize], intentRecord()[:sectorSize]):
+		// The intent record's first sector, whatever follows: WriteHeader
+		// writes the header's first sector last, so a header torn by a
+		// crash still reads as being formatted.
 		return StateFormatting, nil, nil
 	case isZero(b):
 		return StateEmpty, nil, nil
@@ -160,9 +166,25 @@ func WriteIntent(w Syncer) error {
 	return writeBlock(w, intentRecord(), "intent record")
 }
 
-// WriteHeader commits h, durably. After it, the volume is formatted.
+// WriteHeader commits h, durably. After it, the volume is formatted. The
+// first sector, with the magic, is written last and alone: a sector write
+// is atomic, so a crash leaves either the intent record's first sector
+// (formatting) or a whole header.
 func WriteHeader(w Syncer, h *Header) error {
-	return writeBlock(w, h.Marshal(), "header")
+	b := h.Marshal()
+	if _, err := w.WriteAt(b[sectorSize:], sectorSize); err != nil {
+		return fmt.Errorf("writing volume header: %w", err)
+	}
+	if err := w.Sync(); err != nil {
+		return fmt.Errorf("flushing volume header: %w", err)
+	}
+	if _, err := w.WriteAt(b[:sectorSize], 0); err != nil {
+		return fmt.Errorf("writing volume header: %w", err)
+	}
+	if err := w.Sync(); err != nil {
+		return fmt.Errorf("flushing volume header: %w", err)
+	}
+	return nil
 }
 
 func writeBlock(w Syncer, b []byte, what string) error {

@@ -58,6 +58,7 @@ func (kf keyFile) isSealed() bool {
 var (
 	ErrNoTPMForKey = errors.New("the key is sealed to a TPM, but this machine has none")
 	ErrKeyInClear  = errors.New("the key is stored in clear, but the storage policy requires a TPM")
+	ErrTPMDisabled = errors.New("the key is sealed to the TPM, but the storage policy disables the TPM")
 )
 
 // keeper seals keys to the TPM, if it has one, and stores them on the ESP
@@ -124,6 +125,9 @@ func (k keeper) load(f esp.File) ([]byte, error) {
 	}
 	switch {
 	case kf.isSealed():
+		if k.policy == TPMDisabled {
+			return nil, fmt.Errorf("%s: %w", f, ErrTPMDisabled)
+		}
 		if k.tpm == nil {
 			return nil, fmt.Errorf("%s: %w", f, ErrNoTPMForKey)
 		}

@@ -674,7 +674,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 				s.close(t)
 				return keeper{root: k.root, policy: TPMDisabled}
 			}),
-			wantIs: ErrNoTPMForKey,
+			wantIs: ErrTPMDisabled,
 			want:   []string{string(f)},
 		},
 		{

@@ -153,7 +153,7 @@ func probe(dev string) (crypt.State, *crypt.Header, error) {
 }
 
 // create makes a new data volume.
-func (s *Storage) create(cfg Config, k keeper, state crypt.State) error {
+func (s *Storage) create(cfg Config, k keeper, state crypt.State) (err error) {
 	log := s.log
 	if state == crypt.StateFormatting {
 		log.Warn("the previous first boot stopped before the data volume was complete; formatting it afresh")
@@ -193,6 +193,7 @@ func (s *Storage) create(cfg Config, k keeper, state crypt.State) error {
 	if err != nil {
 		return err
 	}
+	defer unmapOnError(&err)
 	mapped := time.Now()
 	if err := run(log, mke2fs, "-t", "ext4", "-q", "-F", "-L", "borough-data", dev); err != nil {
 		return fmt.Errorf("formatting data volume: %w", err)
@@ -214,7 +215,7 @@ func (s *Storage) create(cfg Config, k keeper, state crypt.State) error {
 }
 
 // unlock opens and mounts the existing data volume.
-func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) error {
+func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) (err error) {
 	start := time.Now()
 	luk, err := k.load(esp.SealedLocalKey)
 	if err != nil {
@@ -235,6 +236,7 @@ func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) error {
 	if err != nil {
 		return err
 	}
+	defer unmapOnError(&err)
 	mapped := time.Now()
 	if err := fsck(s.log, dev); err != nil {
 		return err
@@ -258,10 +260,20 @@ func explainKeyError(what string, err error) error {
 	case errors.Is(err, tpm.ErrPolicy):
 		return fmt.Errorf("unsealing the %s: %w: the boot binary or Secure Boot state changed since the key was sealed (PCRs 4 and 7). "+
 			"Boot the previous boot binary, or recover the volume with both unlock keys (README: Recovery)", what, err)
+	case errors.Is(err, ErrTPMDisabled):
+		return fmt.Errorf("reading the %s: %w: enrol the node with the storage policy it was set up with", what, err)
 	case errors.Is(err, ErrNoTPMForKey):
 		return fmt.Errorf("reading the %s: %w: enable the TPM in the firmware, or move the disk back to its machine", what, err)
 	default:
 		return fmt.Errorf("reading the %s: %w", what, err)
+	}
+}
+
+// unmapOnError removes the mapping, and with it the key from the kernel,
+// when *err is set: a failed mount must not leave the volume open.
+func unmapOnError(err *error) {
+	if *err != nil {
+		_ = crypt.Unmap(mapName)
 	}
 }
 
