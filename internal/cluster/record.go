@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
-	"golang.org/x/sys/unix"
+	"github.com/borough-os/borough/internal/atomicfile"
 )
 
 // Phases of a Record.
@@ -50,39 +49,17 @@ func readRecord(path string) (*Record, error) {
 	return &r, nil
 }
 
-// writeRecord writes r to path atomically and durably.
+// writeRecord writes r to path atomically and durably (also on the ESP).
 func writeRecord(path string, r *Record) error {
 	r.Version = recordVersion
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err != nil {
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("writing node state record: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing node state record: %w", err)
-	}
-	// Sync the filesystem, not just the directory: on the ESP (vfat) a
-	// renamed entry is written only with its inode.
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return unix.Syncfs(int(d.Fd()))
+	return nil
 }
 
 // Decision is what the records say to do.

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/atomicfile"
 )
 
 // watchCRL keeps the CRL file equal to the CRL in etcd.
@@ -43,11 +44,10 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 // writeCRL replaces the CRL file atomically: etcd reads it on every peer
 // handshake and must never see half a file.
 func (c *Consensus) writeCRL(der []byte) error {
-	path := c.cfg.PKI.CRL()
-	if err := os.WriteFile(path+".tmp", der, 0o600); err != nil {
+	if err := atomicfile.Write(c.cfg.PKI.CRL(), der, 0o600); err != nil {
 		return fmt.Errorf("writing CRL: %w", err)
 	}
-	return os.Rename(path+".tmp", path)
+	return nil
 }
 
 // promoteInterval is how often the autopromoter looks for learners.
