@@ -72,6 +72,11 @@ type Storage struct {
 	FirstBoot bool
 	log       *slog.Logger
 	dataUp    bool
+	// What Open found on the data partition, before anything wrote to
+	// it; MountData acts on it. probeErr says why the volume is damaged.
+	state    crypt.State
+	header   *crypt.Header
+	probeErr error
 }
 
 // Open finds the boot disk and mounts its ESP at ESPRoot. If the data
@@ -85,11 +90,9 @@ func Open(log *slog.Logger) (*Storage, error) {
 		return nil, fmt.Errorf("finding boot disk: %w", err)
 	}
 	log.Info("boot disk", "disk", disk.Path, "esp", disk.ESP, "data", disk.Data, "found_by", disk.FoundBy)
-	state, _, err := probe(disk.Data)
-	if err != nil {
-		return nil, err
-	}
-	if state == crypt.StateEmpty || state == crypt.StateFormatting {
+	s := &Storage{Disk: disk, log: log}
+	s.state, s.header, s.probeErr = probe(disk.Data)
+	if s.probeErr == nil && (s.state == crypt.StateEmpty || s.state == crypt.StateFormatting) {
 		if size, err := grow(disk); err != nil {
 			return nil, err
 		} else if size > 0 {
@@ -99,7 +102,7 @@ func Open(log *slog.Logger) (*Storage, error) {
 	if err := mountESP(disk.ESP); err != nil {
 		return nil, err
 	}
-	return &Storage{Disk: disk, log: log}, nil
+	return s, nil
 }
 
 // MountData unlocks (or on first boot creates) the data volume and mounts
@@ -118,16 +121,16 @@ func (s *Storage) MountData(cfg Config) error {
 	if cfg.ClusterKeys == nil {
 		cfg.ClusterKeys = Escrow{k: k}
 	}
-	state, header, err := probe(s.Disk.Data)
-	if err != nil {
-		return err
+	if s.probeErr != nil {
+		return s.probeErr
 	}
-	switch state {
+	var err error
+	switch s.state {
 	case crypt.StateEmpty, crypt.StateFormatting:
 		s.FirstBoot = true
-		err = s.create(cfg, k, state)
+		err = s.create(cfg, k, s.state)
 	case crypt.StateFormatted:
-		err = s.unlock(cfg, k, header)
+		err = s.unlock(cfg, k, s.header)
 	case crypt.StateForeign:
 		err = fmt.Errorf("data partition %s holds data that is not a Borough volume; refusing to format it. "+
 			"If it may be erased, zero its first 2 MiB (dd if=/dev/zero of=PARTITION bs=1M count=2) and boot again", s.Disk.Data)
