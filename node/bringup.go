@@ -17,31 +17,38 @@ import (
 	"github.com/borough-os/borough/internal/tpm"
 )
 
-// bringUp reads the enrolment config, mounts the data volume, brings up
-// the network, and returns the node's services. A bad enrolment config or
-// network puts the node in Failed: it then runs no node services, and
-// the data partition is untouched. An error is fatal.
+// bringUp reads the enrolment config, brings up the network, checks a
+// join ticket with the cluster, mounts the data volume, and returns the
+// node's services. A bad enrolment config, network or ticket puts the
+// node in Failed before the data partition is touched: it then runs no
+// node services. An error is fatal.
 func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage) ([]supervisor.Service, error) {
+	mgr := cluster.New(log)
 	enrol, err := enrolment.Load(storage.ESPRoot)
 	if err != nil {
-		cluster.New(cluster.Config{Log: log}).Fail(err)
+		mgr.Fail(err)
 		return nil, nil
 	}
 	logEnrolment(log, enrol)
+	ctx := context.Background()
+	net, err := network.Up(ctx, log.With(console.ServiceKey, "network"), enrol.Interfaces)
+	if err != nil {
+		mgr.Fail(fmt.Errorf("bringing up the network: %w", err))
+		return nil, nil
+	}
+	if err := mgr.Preflight(ctx, storage.ESPRoot, enrol); err != nil {
+		mgr.Fail(err)
+		return []supervisor.Service{{Name: "network", Run: net.Run}}, nil
+	}
 	if err := mountData(log, params, st, enrol.StoragePolicy); err != nil {
 		return nil, err
 	}
 	if err := testMarker(log, params); err != nil {
 		return nil, err
 	}
-	net, err := network.Up(context.Background(), log.With(console.ServiceKey, "network"), enrol.Network)
-	if err != nil {
-		cluster.New(cluster.Config{Log: log}).Fail(fmt.Errorf("bringing up the network: %w", err))
-		return nil, nil
-	}
-	mgr := cluster.New(cluster.Config{
+	mgr.Configure(cluster.Config{
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
-		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot, Log: log,
+		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot,
 	})
 	return []supervisor.Service{
 		{Name: "network", Run: net.Run},
@@ -59,7 +66,11 @@ func logEnrolment(log *slog.Logger, e *enrolment.Enrolment) {
 	if e.Owner != nil {
 		owner = pki.Fingerprint(e.Owner)
 	}
-	log.Info("enrolment config", "source", e.Source, "cluster", e.ClusterName, "owner", owner,
+	mode := "bootstrap"
+	if e.Ticket != nil {
+		mode = "join"
+	}
+	log.Info("enrolment config", "source", e.Source, "cluster", e.ClusterName, "mode", mode, "owner", owner,
 		"storage_policy", e.StoragePolicy.String())
 }
 

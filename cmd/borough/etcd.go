@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -96,38 +95,18 @@ func pinCA(node, fingerprint string) (string, error) {
 	}
 	chain := conn.ConnectionState().PeerCertificates
 	conn.Close()
-	ca, err := checkChain(chain, node, fingerprint)
+	host, _, err := net.SplitHostPort(node)
 	if err != nil {
 		return "", err
+	}
+	ca, err := pki.VerifyPinned(chain, fingerprint, host)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", node, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", err
 	}
 	return path, os.WriteFile(path, pki.CertPEM(ca), 0o644)
-}
-
-// checkChain finds the CA with the given fingerprint in a server's chain
-// and verifies the server's certificate for node against it.
-func checkChain(chain []*x509.Certificate, node, fingerprint string) (*x509.Certificate, error) {
-	if len(chain) == 0 {
-		return nil, errors.New("the node presented no certificate")
-	}
-	for _, c := range chain {
-		if !c.IsCA || pki.Fingerprint(c) != fingerprint {
-			continue
-		}
-		roots := x509.NewCertPool()
-		roots.AddCert(c)
-		host, _, err := net.SplitHostPort(node)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, DNSName: host}); err != nil {
-			return nil, fmt.Errorf("the node's certificate does not verify against the CA %s: %w", fingerprint, err)
-		}
-		return c, nil
-	}
-	return nil, fmt.Errorf("the node at %s does not present a CA with fingerprint %s: it is not the node you think, or the fingerprint is mistyped", node, fingerprint)
 }
 
 func etcdEnv(stdout io.Writer, node, fingerprint string) error {

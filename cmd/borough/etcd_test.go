@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/x509"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,43 +9,6 @@ import (
 
 	"github.com/borough-os/borough/internal/pki"
 )
-
-func TestCheckChain(t *testing.T) {
-	now := time.Now()
-	ca, _ := pki.NewCA("prod", now)
-	other, _ := pki.NewCA("other", now)
-	node, _ := ca.Issue("n1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil, now)
-	impostor, _ := other.Issue("n1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil, now)
-	fp := pki.Fingerprint(ca.Cert)
-	for _, tc := range []struct {
-		name    string
-		chain   []*x509.Certificate
-		node    string
-		fp      string
-		wantErr string
-	}{
-		{"genuine", []*x509.Certificate{node.Cert, ca.Cert}, "127.0.0.1:2379", fp, ""},
-		{"mistyped fingerprint", []*x509.Certificate{node.Cert, ca.Cert}, "127.0.0.1:2379", "sha256:00", "does not present a CA"},
-		{"impostor with the real CA attached", []*x509.Certificate{impostor.Cert, ca.Cert}, "127.0.0.1:2379", fp, "does not verify"},
-		{"impostor with its own CA", []*x509.Certificate{impostor.Cert, other.Cert}, "127.0.0.1:2379", fp, "does not present a CA"},
-		{"wrong address", []*x509.Certificate{node.Cert, ca.Cert}, "127.0.0.2:2379", fp, "does not verify"},
-		{"leaf only", []*x509.Certificate{node.Cert}, "127.0.0.1:2379", fp, "does not present a CA"},
-		{"nothing", nil, "127.0.0.1:2379", fp, "no certificate"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := checkChain(tc.chain, tc.node, tc.fp)
-			if tc.wantErr == "" {
-				if err != nil || !got.Equal(ca.Cert) {
-					t.Errorf("checkChain = %v, %v; want the CA", got, err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("checkChain = %v, want an error containing %q", err, tc.wantErr)
-			}
-		})
-	}
-}
 
 func TestPinnedCAMismatch(t *testing.T) {
 	configDir = t.TempDir()

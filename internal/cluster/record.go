@@ -13,8 +13,12 @@ import (
 const (
 	// PhaseBootstrapping: the node began bootstrapping a cluster.
 	PhaseBootstrapping = "bootstrapping"
+	// PhaseJoining: the node began joining Cluster as Node.
+	PhaseJoining = "joining"
 	// PhaseMember: the node is a member of Cluster.
 	PhaseMember = "member"
+	// PhaseRemoved: the cluster removed the node.
+	PhaseRemoved = "removed"
 )
 
 // recordVersion is the Record format this node writes and reads.
@@ -72,9 +76,18 @@ type Decision struct {
 }
 
 // decide reads the ESP's and the data volume's records. freshData says the
-// data volume was created on this boot.
-func decide(esp, data *Record, freshData bool) Decision {
+// data volume was created on this boot, joining that the enrolment config
+// holds a join ticket (it matters only to a fresh node).
+func decide(esp, data *Record, freshData, joining bool) Decision {
 	switch {
+	case esp != nil && esp.Phase == PhaseRemoved, data != nil && data.Phase == PhaseRemoved:
+		r := esp
+		if r == nil || r.Phase != PhaseRemoved {
+			r = data
+		}
+		return Decision{Next: StateFailed, Reason: errRemoved(r.Cluster)}
+	case esp == nil && data == nil && joining:
+		return Decision{Next: StateJoining}
 	case esp == nil && data == nil:
 		return Decision{Next: StateCreatingCluster}
 	case esp != nil && esp.Phase == PhaseMember && (data == nil || data.Phase != PhaseMember):
@@ -89,12 +102,21 @@ func decide(esp, data *Record, freshData bool) Decision {
 				esp.ClusterID, esp.MemberID, data.ClusterID, data.MemberID)}
 		}
 		return Decision{Next: StateRestarting, Record: data}
-	default:
-		// A bootstrap began but did not finish: start it over.
-		r := data
-		if r == nil {
-			r = esp
-		}
+	}
+	// A bootstrap or join began but did not finish. The data volume's
+	// record wins: it is written first. A join whose data volume is new
+	// lost its key with the old volume and cannot finish.
+	r := data
+	if r == nil {
+		r = esp
+	}
+	if r.Phase != PhaseJoining {
 		return Decision{Next: StateCreatingCluster, Record: r}
 	}
+	if data == nil {
+		return Decision{Next: StateFailed, Reason: fmt.Errorf(
+			"the ESP says this node began joining cluster %s as %s, but its data volume does not: "+
+				"the data volume with the node's key is gone, and the ticket admits only that key", r.Cluster, r.Node)}
+	}
+	return Decision{Next: StateJoining, Record: r}
 }

@@ -1,18 +1,3 @@
-// Package cluster is the node's cluster manager: it takes the node from
-// New to Running (or Failed), bootstrapping a new cluster, or restarting
-// into the cluster it already belongs to.
-//
-//	New ──▶ CreatingCluster ──▶ Running
-//	  │ ──▶ Joining ──────────▶   ▲        (multi-node milestone)
-//	  │ ──▶ Restarting ──────────┘
-//	  └───────────────▶ Failed ◀── (from any state but Running)
-//
-// A node state record (Record), written atomically to the ESP and to the
-// data volume, tells a fresh node from one that must restart into its
-// cluster, so that a node never bootstraps twice. A crash during bootstrap
-// leaves a record in phase "bootstrapping": the next boot starts the
-// bootstrap over, from an empty etcd directory, because no other node can
-// have seen that cluster yet.
 package cluster
 
 import (
@@ -39,6 +24,7 @@ var transitions = map[State][]State{
 	StateCreatingCluster: {StateRunning, StateFailed},
 	StateJoining:         {StateRunning, StateFailed},
 	StateRestarting:      {StateRunning, StateFailed},
+	StateRunning:         {StateFailed},
 }
 
 // machine holds the node's state and logs every transition.

@@ -24,7 +24,7 @@ func TestTransitions(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ from, to State }{
-		{StateRunning, StateCreatingCluster}, {StateNew, StateRunning}, {StateFailed, StateRunning}, {StateRunning, StateFailed},
+		{StateRunning, StateCreatingCluster}, {StateNew, StateRunning}, {StateFailed, StateRunning}, {StateRunning, StateJoining},
 	} {
 		func() {
 			defer func() {
@@ -48,26 +48,38 @@ func TestDecide(t *testing.T) {
 	member := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
 	other := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c2", MemberID: "m1"}
 	booting := &Record{Phase: PhaseBootstrapping, Cluster: "prod", Node: "n1"}
+	joiningRec := &Record{Phase: PhaseJoining, Cluster: "prod", Node: "n1"}
+	removed := &Record{Phase: PhaseRemoved, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
 	for _, tc := range []struct {
 		name       string
 		esp, data  *Record
+		joining    bool
 		want       State
 		wantRecord *Record
 		wantReason string
 	}{
-		{"fresh", nil, nil, StateCreatingCluster, nil, ""},
-		{"member", member, member, StateRestarting, member, ""},
-		{"ESP record lost", nil, member, StateRestarting, member, ""},
-		{"data not this node's", member, nil, StateFailed, nil, "not this node's"},
-		{"records disagree", member, other, StateFailed, nil, "disagrees"},
-		{"crashed bootstrap", booting, booting, StateCreatingCluster, booting, ""},
-		{"crashed bootstrap, data record only", nil, booting, StateCreatingCluster, booting, ""},
-		{"crashed bootstrap, ESP record only", booting, nil, StateCreatingCluster, booting, ""},
-		{"ESP behind data", booting, member, StateRestarting, member, ""},
-		{"data rolled back to a bootstrap", member, booting, StateFailed, nil, "rolled back"},
+		{"fresh", nil, nil, false, StateCreatingCluster, nil, ""},
+		{"fresh, joining", nil, nil, true, StateJoining, nil, ""},
+		{"crashed join", joiningRec, joiningRec, true, StateJoining, joiningRec, ""},
+		{"crashed join, data record only", nil, joiningRec, true, StateJoining, joiningRec, ""},
+		{"crashed join, data volume lost", joiningRec, nil, true, StateFailed, nil, "data volume with the node's key is gone"},
+		{"joined, ESP behind", joiningRec, member, true, StateRestarting, member, ""},
+		{"member, told to join", member, member, true, StateRestarting, member, ""},
+		{"removed", removed, removed, false, StateFailed, nil, "removed from cluster prod"},
+		{"removed, ESP record only", removed, member, false, StateFailed, nil, "removed from cluster prod"},
+		{"removed, told to join", removed, removed, true, StateFailed, nil, "removed from cluster prod"},
+		{"member", member, member, false, StateRestarting, member, ""},
+		{"ESP record lost", nil, member, false, StateRestarting, member, ""},
+		{"data not this node's", member, nil, false, StateFailed, nil, "not this node's"},
+		{"records disagree", member, other, false, StateFailed, nil, "disagrees"},
+		{"crashed bootstrap", booting, booting, false, StateCreatingCluster, booting, ""},
+		{"crashed bootstrap, data record only", nil, booting, false, StateCreatingCluster, booting, ""},
+		{"crashed bootstrap, ESP record only", booting, nil, false, StateCreatingCluster, booting, ""},
+		{"ESP behind data", booting, member, false, StateRestarting, member, ""},
+		{"data rolled back to a bootstrap", member, booting, false, StateFailed, nil, "rolled back"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decide(tc.esp, tc.data, false)
+			d := decide(tc.esp, tc.data, false, tc.joining)
 			if d.Next != tc.want || !cmp.Equal(d.Record, tc.wantRecord) {
 				t.Errorf("decide = %+v, want %s with %+v", d, tc.want, tc.wantRecord)
 			}

@@ -6,10 +6,30 @@
 //	other members ──TLS, cluster CA cert, not in the CRL──────────────▶ :2380 ─┘
 //
 // Certificates and the CRL are files in a PKI directory (Files), which the
-// cluster manager writes; etcd re-reads the DER CRL on every peer
-// handshake, and the CRL watcher keeps that file equal to the CRL stored
-// in etcd (KeyCRL). The autopromoter promotes learners once they have
-// caught up, so that a joining member becomes a voter by itself.
+// cluster manager writes; etcd re-reads the DER CRL on every handshake, on
+// the peer port and on the client port, and the CRL watcher keeps that
+// file equal to the CRL stored in etcd (keyspace.CRL) once it has checked that
+// the cluster CA signed it and that it is newer than the one it replaces:
+// a garbage or rolled-back CRL in etcd must not open or break the ports.
+//
+// A member is started in one of three modes: ModeNew creates a one-member
+// cluster, ModeJoin starts a member the cluster has just added as a
+// learner, ModeRestart starts a member from its data directory.
+//
+// # Learners and promotion
+//
+// A joining member starts as a learner and is promoted by the
+// autopromoter of the leader once etcd says it has caught up. The policy
+// (promotable) never stops at two voters: with two voters, either one
+// going down stops all writes, and removing the dead one is unsafe (etcd
+// docs), so two voters are worse than one. A second node therefore stays
+// a learner until a third has joined; then both are promoted, one at a
+// time, and the cluster goes from one voter to three in seconds. From three
+// on, every caught-up learner is promoted (four voters tolerate one
+// failure, as three do). Learners that joined with a learner ticket are
+// never promoted. etcd allows MaxLearners learners at once (checked by
+// every member when it applies a change, so the same everywhere): two, so
+// that the second and third node can wait together.
 package consensus
 
 import (
@@ -22,6 +42,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -36,27 +57,29 @@ const (
 	PeerPort   = 2380
 )
 
-// Keys Borough keeps in etcd.
+// MaxLearners is how many learners the cluster allows at once.
+const MaxLearners = 2
+
+// Mode is how a member starts.
+type Mode int
+
 const (
-	KeyCRL       = "/borough/pki/crl"
-	KeyCACert    = "/borough/pki/ca-cert"
-	KeyCAKey     = "/borough/pki/ca-key"
-	KeyOwnerCert = "/borough/pki/owner-cert"
-	KeyCluster   = "/borough/cluster/name"
+	// ModeNew creates a new one-member cluster.
+	ModeNew Mode = iota + 1
+	// ModeJoin starts a member just added to the cluster, from Peers.
+	ModeJoin
+	// ModeRestart starts a member from its data directory.
+	ModeRestart
 )
+
+// Peer is a member of the cluster as a joining member first learns it.
+type Peer struct {
+	Name     string
+	PeerURLs []string
+}
 
 // startTimeout bounds how long etcd may take to serve.
 const startTimeout = 2 * time.Minute
-
-// Files are the PKI files etcd reads, in one directory.
-type Files struct{ Dir string }
-
-// Paths of the PKI files.
-func (f Files) CA() string      { return filepath.Join(f.Dir, "ca.pem") }
-func (f Files) Cert() string    { return filepath.Join(f.Dir, "node.pem") }
-func (f Files) Key() string     { return filepath.Join(f.Dir, "node-key.pem") }
-func (f Files) Trusted() string { return filepath.Join(f.Dir, "client-trust.pem") }
-func (f Files) CRL() string     { return filepath.Join(f.Dir, "crl.der") }
 
 // Config describes the member.
 type Config struct {
@@ -69,9 +92,10 @@ type Config struct {
 	PKI Files
 	// IP is the address other members and remote clients reach.
 	IP netip.Addr
-	// New creates a new one-member cluster; false restarts the member
-	// from DataDir.
-	New bool
+	// Mode says how the member starts.
+	Mode Mode
+	// Peers are the cluster's members, this one among them (ModeJoin).
+	Peers []Peer
 	// Socket is the unix socket local clients use.
 	Socket string
 	Log    *slog.Logger
@@ -99,15 +123,16 @@ func (c Config) embed() *embed.Config {
 		{Scheme: "unix", Host: c.Socket},
 	}
 	ec.AdvertiseClientUrls = []url.URL{client}
-	ec.InitialCluster = c.Name + "=" + peer.String()
+	ec.InitialCluster = c.initialCluster(peer.String())
 	ec.InitialClusterToken = c.Cluster
 	ec.ClusterState = embed.ClusterStateFlagExisting
-	if c.New {
+	if c.Mode == ModeNew {
 		ec.ClusterState = embed.ClusterStateFlagNew
 	}
+	ec.MaxLearners = MaxLearners
 	ec.ClientTLSInfo = transport.TLSInfo{
 		CertFile: c.PKI.Cert(), KeyFile: c.PKI.Key(),
-		TrustedCAFile: c.PKI.Trusted(), ClientCertAuth: true,
+		TrustedCAFile: c.PKI.Trusted(), ClientCertAuth: true, CRLFile: c.PKI.CRL(),
 	}
 	ec.PeerTLSInfo = transport.TLSInfo{
 		CertFile: c.PKI.Cert(), KeyFile: c.PKI.Key(),
@@ -118,6 +143,31 @@ func (c Config) embed() *embed.Config {
 	ec.Logger = "zap"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(c.Log.With("service", "etcd"), zapcore.WarnLevel))
 	return ec
+}
+
+// initialCluster is etcd's initial cluster: this member alone, or, when
+// joining, every member, with a name for those that have none yet (etcd
+// matches them by peer URL; only this member's name must be its own).
+func (c Config) initialCluster(self string) string {
+	if c.Mode != ModeJoin {
+		return c.Name + "=" + self
+	}
+	var entries []string
+	for i, p := range c.Peers {
+		name := p.Name
+		for _, u := range p.PeerURLs {
+			if u == self {
+				name = c.Name
+			}
+		}
+		if name == "" {
+			name = "unstarted-" + strconv.Itoa(i)
+		}
+		for _, u := range p.PeerURLs {
+			entries = append(entries, name+"="+u)
+		}
+	}
+	return strings.Join(entries, ",")
 }
 
 // Start starts the member and waits until it serves, then connects a
@@ -160,11 +210,17 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 func (c *Consensus) ClusterID() uint64 { return uint64(c.etcd.Server.Cluster().ID()) }
 func (c *Consensus) MemberID() uint64  { return uint64(c.etcd.Server.MemberID()) }
 
+// ErrRemoved says the cluster removed this member.
+var ErrRemoved = errors.New("the cluster removed this member")
+
 // Run keeps the CRL file current and promotes learners until ctx ends or
-// etcd fails, then closes the member. Shutdown order:
+// etcd stops, then closes the member. Shutdown order:
 //  1. the watchers stop with ctx;
 //  2. the client closes;
 //  3. etcd stops serving and closes its data.
+//
+// It returns ErrRemoved when etcd stopped because the cluster removed the
+// member.
 func (c *Consensus) Run(ctx context.Context) error {
 	defer c.Close()
 	// Stops the watchers (before Close, deferred earlier) whatever ends Run.
@@ -176,6 +232,11 @@ func (c *Consensus) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-c.etcd.Server.StopNotify():
+		if c.Removed() {
+			return ErrRemoved
+		}
+		return errors.New("etcd stopped")
 	case err := <-c.etcd.Err():
 		return fmt.Errorf("etcd: %w", err)
 	case err := <-errs:
@@ -184,6 +245,32 @@ func (c *Consensus) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("consensus: %w", err)
 	}
+}
+
+// Removed says whether the cluster has removed this member.
+func (c *Consensus) Removed() bool {
+	return c.etcd.Server.IsIDRemoved(c.MemberID())
+}
+
+// IsLearner says whether this member is a learner.
+func (c *Consensus) IsLearner() bool { return c.etcd.Server.IsLearner() }
+
+// Members returns the cluster's members as this member knows them; it
+// works on a learner, which etcd's client API does not serve.
+func (c *Consensus) Members() []Member {
+	var out []Member
+	for _, m := range c.etcd.Server.Cluster().Members() {
+		out = append(out, Member{ID: uint64(m.ID), Name: m.Name, Learner: m.IsLearner, PeerURLs: m.PeerURLs})
+	}
+	return out
+}
+
+// Member is a member of the cluster.
+type Member struct {
+	ID       uint64
+	Name     string
+	Learner  bool
+	PeerURLs []string
 }
 
 // Close stops the member.

@@ -11,12 +11,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/console"
+	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -56,7 +58,7 @@ func TestConsensus(t *testing.T) {
 	defer cancel()
 	c, err := Start(ctx, Config{
 		Name: "n1", Cluster: "test", DataDir: filepath.Join(dir, "etcd"), PKI: files,
-		IP: netip.MustParseAddr("127.0.0.1"), New: true, Socket: filepath.Join(dir, "etcd.sock"),
+		IP: netip.MustParseAddr("127.0.0.1"), Mode: ModeNew, Socket: filepath.Join(dir, "etcd.sock"),
 		Log: slog.New(console.NewHandler(&logs)),
 	})
 	if err != nil {
@@ -107,8 +109,16 @@ func TestConsensus(t *testing.T) {
 		}
 	}
 
+	// A CRL the CA did not sign, garbage, and an older CRL are refused
+	// and leave the file as it was; then a newer one is put in force.
+	otherCRL, _ := other.CRL(5, []*big.Int{member.Cert.SerialNumber}, now)
 	newCRL, _ := ca.CRL(2, []*big.Int{stranger.Cert.SerialNumber}, now)
-	if _, err := c.Client.Put(ctx, KeyCRL, string(newCRL)); err != nil {
+	for _, bad := range [][]byte{otherCRL, []byte("garbage"), crl} {
+		if _, err := c.Client.Put(ctx, keyspace.CRL, string(bad)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Client.Put(ctx, keyspace.CRL, string(newCRL)); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -120,5 +130,37 @@ func TestConsensus(t *testing.T) {
 			t.Fatal("the CRL watcher did not write the new CRL")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	for _, refused := range []string{"not issued by the cluster CA", "not a DER revocation list"} {
+		if !strings.Contains(logs.String(), refused) {
+			t.Errorf("the log does not say a CRL was refused as %q", refused)
+		}
+	}
+}
+
+func TestPromotable(t *testing.T) {
+	voter := func(n string) Member { return Member{ID: 1, Name: n} }
+	learner := func(n string) Member { return Member{ID: 2, Name: n, Learner: true} }
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		forGood map[string]bool
+		want    string
+	}{
+		{"one voter", []Member{voter("a")}, nil, ""},
+		{"second node waits", []Member{voter("a"), learner("b")}, nil, ""},
+		{"third node joined", []Member{voter("a"), learner("b"), learner("c")}, nil, "b"},
+		{"on to three", []Member{voter("a"), voter("b"), learner("c")}, nil, "c"},
+		{"fourth node", []Member{voter("a"), voter("b"), voter("c"), learner("d")}, nil, "d"},
+		{"unstarted learner", []Member{voter("a"), voter("b"), voter("c"), learner("")}, nil, ""},
+		{"learner for good", []Member{voter("a"), voter("b"), voter("c"), learner("d")}, map[string]bool{"d": true}, ""},
+		{"learner for good does not count", []Member{voter("a"), learner("b"), learner("c")}, map[string]bool{"c": true}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, ok := promotable(tc.members, tc.forGood)
+			if got := map[bool]string{true: m.Name}[ok]; got != tc.want {
+				t.Errorf("promotable = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -1,28 +1,53 @@
 package consensus
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
 )
 
-// watchCRL keeps the CRL file equal to the CRL in etcd.
+// crlPoll is how often a learner, which etcd serves no watches, reads the
+// CRL.
+const crlPoll = 2 * time.Second
+
+// watchCRL keeps the CRL file equal to the CRL in etcd: by polling with
+// serializable reads while the member is a learner, then by a watch.
 func (c *Consensus) watchCRL(ctx context.Context) error {
-	resp, err := c.Client.Get(ctx, KeyCRL)
-	if err != nil {
-		return fmt.Errorf("reading CRL: %w", err)
-	}
-	if len(resp.Kvs) == 1 {
-		if err := c.writeCRL(resp.Kvs[0].Value); err != nil {
-			return err
+	var resp *clientv3.GetResponse
+	for {
+		var err error
+		resp, err = c.Client.Get(ctx, keyspace.CRL, clientv3.WithSerializable())
+		if err != nil {
+			return fmt.Errorf("reading CRL: %w", err)
+		}
+		if len(resp.Kvs) == 1 {
+			if err := c.writeCRL(resp.Kvs[0].Value); err != nil {
+				return err
+			}
+		}
+		if !c.IsLearner() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(crlPoll):
 		}
 	}
-	for w := range c.Client.Watch(ctx, KeyCRL, clientv3.WithRev(resp.Header.Revision+1)) {
+	for w := range c.Client.Watch(ctx, keyspace.CRL, clientv3.WithRev(resp.Header.Revision+1)) {
 		if err := w.Err(); err != nil {
 			return fmt.Errorf("watching CRL: %w", err)
 		}
@@ -31,7 +56,6 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 				if err := c.writeCRL(ev.Kv.Value); err != nil {
 					return err
 				}
-				c.cfg.Log.Info("CRL updated", "bytes", len(ev.Kv.Value))
 			}
 		}
 	}
@@ -41,20 +65,53 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 	return errors.New("the CRL watch ended")
 }
 
-// writeCRL replaces the CRL file atomically: etcd reads it on every peer
-// handshake and must never see half a file.
+// writeCRL checks a CRL from etcd and replaces the CRL file with it,
+// atomically: etcd reads it on every handshake and must never see half a
+// file. A CRL the cluster CA did not sign, or not newer than the file's,
+// is refused (logged, the file kept): whoever can write etcd must not be
+// able to unrevoke a node or, with garbage, break every handshake.
 func (c *Consensus) writeCRL(der []byte) error {
+	if b, err := os.ReadFile(c.cfg.PKI.CRL()); err == nil && bytes.Equal(b, der) {
+		return nil
+	}
+	if err := c.checkCRL(der); err != nil {
+		c.cfg.Log.Error("refusing the CRL in etcd; keeping the current one", "err", err)
+		return nil
+	}
 	if err := atomicfile.Write(c.cfg.PKI.CRL(), der, 0o600); err != nil {
 		return fmt.Errorf("writing CRL: %w", err)
 	}
+	c.cfg.Log.Info("CRL in force", "bytes", len(der))
 	return nil
 }
 
-// promoteInterval is how often the autopromoter looks for learners.
-const promoteInterval = 5 * time.Second
+// checkCRL checks a new CRL against the CA and the current CRL file.
+func (c *Consensus) checkCRL(der []byte) error {
+	caPEM, err := os.ReadFile(c.cfg.PKI.CA())
+	if err != nil {
+		return err
+	}
+	ca, err := pki.ParseCertPEM(caPEM)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.cfg.PKI.CA(), err)
+	}
+	var current *x509.RevocationList
+	if b, err := os.ReadFile(c.cfg.PKI.CRL()); err == nil {
+		current, _ = x509.ParseRevocationList(b)
+	}
+	return pki.CheckCRL(der, ca, current)
+}
 
-// autopromote promotes learners. etcd refuses to promote a learner that
-// has not caught up; that is logged at debug level and retried.
+// errLearnerNotReady is etcd's refusal to promote a learner that has not
+// caught up; the client package has no variable for it.
+var errLearnerNotReady = rpctypes.Error(rpctypes.ErrGRPCLearnerNotReady)
+
+// promoteInterval is how often the autopromoter looks for learners.
+const promoteInterval = time.Second
+
+// autopromote promotes learners, on the leader only, as promotable says.
+// etcd refuses to promote a learner that has not caught up; that is
+// logged at debug level and retried.
 func (c *Consensus) autopromote(ctx context.Context) error {
 	for {
 		select {
@@ -62,20 +119,64 @@ func (c *Consensus) autopromote(ctx context.Context) error {
 			return ctx.Err()
 		case <-time.After(promoteInterval):
 		}
-		members, err := c.Client.MemberList(ctx)
-		if err != nil {
-			c.cfg.Log.Warn("autopromoter: listing members", "err", err)
+		if c.etcd.Server.Leader() != c.etcd.Server.MemberID() {
 			continue
 		}
-		for _, m := range members.Members {
-			if !m.IsLearner {
-				continue
-			}
-			if _, err := c.Client.MemberPromote(ctx, m.ID); err != nil {
-				c.cfg.Log.Debug("autopromoter: learner not ready", "member", m.Name, "err", err)
-				continue
-			}
+		forGood, err := c.learnersForGood(ctx)
+		if err != nil {
+			c.cfg.Log.Warn("autopromoter: reading node records", "err", err)
+			continue
+		}
+		m, ok := promotable(c.Members(), forGood)
+		if !ok {
+			continue
+		}
+		_, err = c.Client.MemberPromote(ctx, m.ID)
+		switch {
+		case err == nil, errors.Is(err, rpctypes.ErrMemberNotLearner):
 			c.cfg.Log.Info("promoted learner", "member", m.Name)
+		case errors.Is(err, errLearnerNotReady):
+			c.cfg.Log.Debug("autopromoter: learner not caught up", "member", m.Name)
+		default:
+			c.cfg.Log.Warn("autopromoter: promoting learner", "member", m.Name, "err", err)
 		}
 	}
+}
+
+// learnersForGood returns the names of nodes that joined as learners for
+// good.
+func (c *Consensus) learnersForGood(ctx context.Context) (map[string]bool, error) {
+	resp, err := c.Client.Get(ctx, keyspace.Nodes, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		var r keyspace.NodeRecord
+		if json.Unmarshal(kv.Value, &r) == nil && r.Learner {
+			out[strings.TrimPrefix(string(kv.Key), keyspace.Nodes)] = true
+		}
+	}
+	return out, nil
+}
+
+// promotable picks the learner to promote next, if the policy (see the
+// package doc) promotes one now: learners that have started (a name) and
+// are not learners for good count as pending; one is promoted when voters
+// and pending learners make at least three.
+func promotable(members []Member, forGood map[string]bool) (Member, bool) {
+	voters := 0
+	var pending []Member
+	for _, m := range members {
+		switch {
+		case !m.Learner:
+			voters++
+		case m.Name != "" && !forGood[m.Name]:
+			pending = append(pending, m)
+		}
+	}
+	if len(pending) == 0 || voters+len(pending) < 3 {
+		return Member{}, false
+	}
+	return pending[0], true
 }

@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"regexp"
@@ -23,6 +24,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/fwcfg"
 	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -36,19 +38,35 @@ const DefaultClusterName = "borough"
 type Enrolment struct {
 	// Source says where the config came from, for the log.
 	Source string
-	// ClusterName is the cluster to bootstrap.
+	// ClusterName is the cluster to bootstrap or join.
 	ClusterName string
-	// Owner is the owner's certificate, or nil for a cluster without one.
+	// Owner is the owner's certificate, or nil for a cluster without one
+	// (and for a joining node, which learns it from the cluster).
 	Owner *x509.Certificate
+	// Ticket is set when the node joins a cluster; its form is checked,
+	// its validity is the cluster's to judge.
+	Ticket *enrolmentpb.Ticket
 	// StoragePolicy is how the data volume's key is protected.
 	StoragePolicy storage.TPMPolicy
-	// Network is nil for DHCP.
-	Network *Static
+	// Interfaces are the links to configure; none means DHCP on the
+	// first link that comes up, advertised.
+	Interfaces []Interface
+}
+
+// Interface configures one link.
+type Interface struct {
+	// Name or MAC matches the link; neither matches the first link that
+	// comes up.
+	Name, MAC string
+	// Static is nil for DHCP.
+	Static *Static
+	// Advertise makes this link's address the node's address in the
+	// cluster.
+	Advertise bool
 }
 
 // Static is a fixed network configuration.
 type Static struct {
-	Interface string
 	Addresses []netip.Prefix
 	Gateway4  netip.Addr
 	Gateway6  netip.Addr
@@ -121,7 +139,11 @@ func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
 	case nil:
 		return nil, fieldErr("mode", "neither bootstrap nor join is set")
 	case *enrolmentpb.Config_Join:
-		return nil, fieldErr("join", "joining an existing cluster is not supported yet; use bootstrap")
+		t, err := ticket.Parse(m.Join.GetTicket())
+		if err != nil {
+			return nil, fieldErr("join.ticket", "%v", err)
+		}
+		e.Ticket, e.ClusterName = t, t.GetClusterName()
 	case *enrolmentpb.Config_Bootstrap:
 		if err := checkBootstrap(e, m.Bootstrap, now); err != nil {
 			return nil, err
@@ -132,12 +154,72 @@ func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
 		return nil, err
 	}
 	e.StoragePolicy = policy
-	if s := c.GetNetwork().GetStatic(); s != nil {
-		if e.Network, err = checkStatic(s); err != nil {
-			return nil, err
-		}
+	if e.Interfaces, err = checkNetwork(c.GetNetwork()); err != nil {
+		return nil, err
 	}
 	return e, nil
+}
+
+// checkNetwork checks either form of the network config.
+func checkNetwork(n *enrolmentpb.Network) ([]Interface, error) {
+	if len(n.GetInterfaces()) > 0 {
+		if n.GetConfig() != nil {
+			return nil, fieldErr("network.interfaces", "is set together with network.dhcp or network.static; give one form")
+		}
+		return checkInterfaces(n.GetInterfaces())
+	}
+	s := n.GetStatic()
+	if s == nil {
+		return nil, nil
+	}
+	st, err := checkStatic("network.static", s)
+	if err != nil {
+		return nil, err
+	}
+	return []Interface{{Name: s.GetInterface(), Static: st, Advertise: true}}, nil
+}
+
+func checkInterfaces(list []*enrolmentpb.Interface) ([]Interface, error) {
+	var out []Interface
+	advertised := 0
+	seen := map[string]bool{}
+	for i, in := range list {
+		field := fmt.Sprintf("network.interfaces[%d]", i)
+		ifc := Interface{Name: in.GetName(), Advertise: in.GetAdvertise()}
+		switch {
+		case (ifc.Name == "") == (in.GetMac() == ""):
+			return nil, fieldErr(field, "needs exactly one of name and mac")
+		case in.GetMac() != "":
+			mac, err := net.ParseMAC(in.GetMac())
+			if err != nil || len(mac) != 6 {
+				return nil, fieldErr(field+".mac", "%q is not a MAC address like 52:54:00:12:34:56", in.GetMac())
+			}
+			ifc.MAC = mac.String()
+		}
+		if key := ifc.Name + ifc.MAC; seen[key] {
+			return nil, fieldErr(field, "matches %s, as an earlier interface does", key)
+		} else {
+			seen[key] = true
+		}
+		if s := in.GetStatic(); s != nil {
+			if s.GetInterface() != "" {
+				return nil, fieldErr(field+".static.interface", "is set; name the link in %s.name", field)
+			}
+			st, err := checkStatic(field+".static", s)
+			if err != nil {
+				return nil, err
+			}
+			ifc.Static = st
+		}
+		if ifc.Advertise {
+			advertised++
+		}
+		out = append(out, ifc)
+	}
+	if advertised != 1 {
+		return nil, fieldErr("network.interfaces", "%d interfaces advertise; exactly one must (its address is the node's in the cluster)", advertised)
+	}
+	return out, nil
 }
 
 func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error {
@@ -181,31 +263,31 @@ func storagePolicy(p enrolmentpb.StoragePolicy) (storage.TPMPolicy, error) {
 	return 0, fieldErr("storage_policy", "%d is not a known policy", int32(p))
 }
 
-func checkStatic(s *enrolmentpb.Static) (*Static, error) {
-	n := &Static{Interface: s.GetInterface()}
+func checkStatic(field string, s *enrolmentpb.Static) (*Static, error) {
+	n := &Static{}
 	if len(s.GetAddresses()) == 0 {
-		return nil, fieldErr("network.static.addresses", "is empty; a static network needs at least one address")
+		return nil, fieldErr(field+".addresses", "is empty; a static network needs at least one address")
 	}
 	var has4, has6 bool
 	for i, a := range s.GetAddresses() {
 		p, err := netip.ParsePrefix(a)
 		if err != nil {
-			return nil, fieldErr(fmt.Sprintf("network.static.addresses[%d]", i), "%q is not an address with a prefix length, like 192.0.2.10/24", a)
+			return nil, fieldErr(fmt.Sprintf("%s.addresses[%d]", field, i), "%q is not an address with a prefix length, like 192.0.2.10/24", a)
 		}
 		has4, has6 = has4 || p.Addr().Is4(), has6 || p.Addr().Is6()
 		n.Addresses = append(n.Addresses, p)
 	}
 	var err error
-	if n.Gateway4, err = gateway("network.static.gateway4", s.GetGateway4(), true, has4); err != nil {
+	if n.Gateway4, err = gateway(field+".gateway4", s.GetGateway4(), true, has4); err != nil {
 		return nil, err
 	}
-	if n.Gateway6, err = gateway("network.static.gateway6", s.GetGateway6(), false, has6); err != nil {
+	if n.Gateway6, err = gateway(field+".gateway6", s.GetGateway6(), false, has6); err != nil {
 		return nil, err
 	}
 	for i, d := range s.GetDns() {
 		a, err := netip.ParseAddr(d)
 		if err != nil {
-			return nil, fieldErr(fmt.Sprintf("network.static.dns[%d]", i), "%q is not an IP address", d)
+			return nil, fieldErr(fmt.Sprintf("%s.dns[%d]", field, i), "%q is not an IP address", d)
 		}
 		n.DNS = append(n.DNS, a)
 	}

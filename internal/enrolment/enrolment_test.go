@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -60,6 +61,29 @@ func static(s *enrolmentpb.Static) *enrolmentpb.Config {
 	return c
 }
 
+func interfaces(list ...*enrolmentpb.Interface) *enrolmentpb.Config {
+	c := bootstrap("prod", nil)
+	c.Network = &enrolmentpb.Network{Interfaces: list}
+	return c
+}
+
+func join(ticket []byte) *enrolmentpb.Config {
+	return &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: ticket}}}
+}
+
+func validTicket(t testing.TB) []byte {
+	t.Helper()
+	b, err := proto.Marshal(&enrolmentpb.Ticket{
+		Version: 1, ClusterName: "prod", CaFingerprint: "sha256:" + strings.Repeat("ab", 32),
+		JoinEndpoints: []string{"192.0.2.1:7834"}, Id: make([]byte, 16), Secret: make([]byte, 32),
+		Expires: now.Unix(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestCheck(t *testing.T) {
 	owner := cert(t, false, now.AddDate(0, -1, 0))
 	ownerCert, _ := x509.ParseCertificate(owner)
@@ -87,17 +111,42 @@ func TestCheck(t *testing.T) {
 		{name: "static network", config: static(&enrolmentpb.Static{
 			Interface: "eth0", Addresses: []string{"192.0.2.10/24", "2001:db8::10/64"},
 			Gateway4: "192.0.2.1", Gateway6: "2001:db8::1", Dns: []string{"192.0.2.53"},
-		}), want: &Enrolment{ClusterName: "prod", Network: &Static{
-			Interface: "eth0",
+		}), want: &Enrolment{ClusterName: "prod", Interfaces: []Interface{{Name: "eth0", Advertise: true, Static: &Static{
 			Addresses: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")},
 			Gateway4:  netip.MustParseAddr("192.0.2.1"), Gateway6: netip.MustParseAddr("2001:db8::1"),
 			DNS: []netip.Addr{netip.MustParseAddr("192.0.2.53")},
+		}}}}},
+		{name: "two interfaces", config: interfaces(
+			&enrolmentpb.Interface{Name: "eth0", Config: &enrolmentpb.Interface_Dhcp{Dhcp: &enrolmentpb.DHCP{}}},
+			&enrolmentpb.Interface{Mac: "52:54:00:AA:00:01", Advertise: true, Config: &enrolmentpb.Interface_Static{
+				Static: &enrolmentpb.Static{Addresses: []string{"10.77.0.1/24"}}}},
+		), want: &Enrolment{ClusterName: "prod", Interfaces: []Interface{
+			{Name: "eth0"},
+			{MAC: "52:54:00:aa:00:01", Advertise: true, Static: &Static{Addresses: []netip.Prefix{netip.MustParsePrefix("10.77.0.1/24")}}},
 		}}},
+		{name: "join", config: join(validTicket(t)), want: &Enrolment{ClusterName: "prod", Ticket: func() *enrolmentpb.Ticket {
+			var tk enrolmentpb.Ticket
+			proto.Unmarshal(validTicket(t), &tk)
+			return &tk
+		}()}},
+		{name: "join with garbage ticket", config: join([]byte("garbage")), wantField: "join.ticket", wantText: "not a ticket"},
+		{name: "join with empty ticket", config: join(nil), wantField: "join.ticket", wantText: "empty"},
+		{name: "no interface advertises", config: interfaces(&enrolmentpb.Interface{Name: "eth0"}),
+			wantField: "network.interfaces", wantText: "0 interfaces advertise"},
+		{name: "two interfaces advertise", config: interfaces(&enrolmentpb.Interface{Name: "eth0", Advertise: true},
+			&enrolmentpb.Interface{Name: "eth1", Advertise: true}), wantField: "network.interfaces", wantText: "2 interfaces advertise"},
+		{name: "interface matched twice", config: interfaces(&enrolmentpb.Interface{Name: "eth0", Advertise: true},
+			&enrolmentpb.Interface{Name: "eth0"}), wantField: "network.interfaces[1]", wantText: "as an earlier"},
+		{name: "interface by name and MAC", config: interfaces(&enrolmentpb.Interface{Name: "eth0", Mac: "52:54:00:aa:00:01", Advertise: true}),
+			wantField: "network.interfaces[0]", wantText: "exactly one of name and mac"},
+		{name: "bad MAC", config: interfaces(&enrolmentpb.Interface{Mac: "52:54", Advertise: true}),
+			wantField: "network.interfaces[0].mac"},
+		{name: "bad interface address", config: interfaces(&enrolmentpb.Interface{Name: "eth0", Advertise: true,
+			Config: &enrolmentpb.Interface_Static{Static: &enrolmentpb.Static{Addresses: []string{"x"}}}}),
+			wantField: "network.interfaces[0].static.addresses[0]"},
 		{name: "version 0", config: &enrolmentpb.Config{}, wantField: "version", wantText: "is 0"},
 		{name: "version 2", config: &enrolmentpb.Config{Version: 2}, wantField: "version", wantText: "is 2"},
 		{name: "no mode", config: &enrolmentpb.Config{Version: 1}, wantField: "mode"},
-		{name: "join", config: &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{}}},
-			wantField: "join", wantText: "not supported yet"},
 		{name: "empty name", config: bootstrap("", nil), wantField: "bootstrap.cluster_name"},
 		{name: "upper-case name", config: bootstrap("Prod", nil), wantField: "bootstrap.cluster_name"},
 		{name: "long name", config: bootstrap(strings.Repeat("a", 64), nil), wantField: "bootstrap.cluster_name"},
@@ -137,7 +186,7 @@ func TestCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{})); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), protocmp.Transform()); diff != "" {
 				t.Errorf("Check (-want +got):\n%s", diff)
 			}
 		})
@@ -172,7 +221,7 @@ func FuzzParse(f *testing.F) {
 		bootstrap("prod", nil),
 		bootstrap("prod", cert(f, false, now.AddDate(0, -1, 0))),
 		static(&enrolmentpb.Static{Addresses: []string{"192.0.2.10/24"}, Gateway4: "192.0.2.1", Dns: []string{"192.0.2.53"}}),
-		{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: []byte("t")}}},
+		join(validTicket(f)),
 	} {
 		b, err := proto.Marshal(c)
 		if err != nil {

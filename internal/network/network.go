@@ -1,10 +1,17 @@
 // Package network brings up the node's network: the loopback link, then
-// either the static configuration from the enrolment config or DHCP on the
-// first link with a carrier, and keeps a DHCP lease renewed.
+// each configured interface (static or DHCP), or, with no interfaces
+// configured, DHCP on the first link with a carrier; and it keeps DHCP
+// leases renewed.
+//
+// One interface is advertised: its address is the node's address in the
+// cluster. A cluster machine often has two links (a cluster LAN and a
+// management or uplink network); which one peers must use is the owner's
+// decision, written in the enrolment config, not something to guess.
 //
 // DHCP is github.com/insomniacslk/dhcp's nclient4 and links, addresses and
 // routes are set through netlink (github.com/vishvananda/netlink), both
 // already in u-root's dependency tree; /etc/resolv.conf is written here.
+// Lease timing (renewal at T1, rebinding at T2, expiry) is in dhcp.go.
 package network
 
 import (
@@ -18,7 +25,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/vishvananda/netlink"
 
 	"github.com/borough-os/borough/internal/enrolment"
@@ -29,18 +35,24 @@ const carrierTimeout = 20 * time.Second
 
 // Network is the node's configured network.
 type Network struct {
-	// Link is the configured link's name; IP its (first) address.
-	Link string
-	IP   netip.Addr
-	log  *slog.Logger
-	dhcp *nclient4.Client
-	// lease is the current DHCP lease, nil for a static network.
-	lease *nclient4.Lease
+	// Link is the advertised link's name; IP its (first) address.
+	Link  string
+	IP    netip.Addr
+	log   *slog.Logger
+	links []*link
 }
 
-// Up configures the network, by static if set, else by DHCP, and returns
-// it once the node has an address.
-func Up(ctx context.Context, log *slog.Logger, static *enrolment.Static) (*Network, error) {
+// link is one configured link.
+type link struct {
+	name string
+	nl   netlink.Link
+	// dhcp is nil for a static link.
+	dhcp *dhcpLink
+}
+
+// Up configures every interface and returns once each has an address.
+// With no interfaces, it runs DHCP on the first link that comes up.
+func Up(ctx context.Context, log *slog.Logger, ifaces []enrolment.Interface) (*Network, error) {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return nil, fmt.Errorf("finding loopback: %w", err)
@@ -48,29 +60,80 @@ func Up(ctx context.Context, log *slog.Logger, static *enrolment.Static) (*Netwo
 	if err := netlink.LinkSetUp(lo); err != nil {
 		return nil, fmt.Errorf("bringing up loopback: %w", err)
 	}
-	want := ""
-	if static != nil {
-		want = static.Interface
+	if len(ifaces) == 0 {
+		ifaces = []enrolment.Interface{{Advertise: true}}
 	}
-	link, err := firstLink(ctx, want)
-	if err != nil {
-		return nil, err
+	n := &Network{log: log}
+	var dns []netip.Addr
+	for _, ifc := range ifaces {
+		l, ip, servers, err := n.configure(ctx, ifc)
+		if err != nil {
+			n.close()
+			return nil, err
+		}
+		n.links = append(n.links, l)
+		dns = append(dns, servers...)
+		if ifc.Advertise {
+			n.Link, n.IP = l.name, ip
+		}
 	}
-	n := &Network{Link: link.Attrs().Name, log: log}
-	if static != nil {
-		err = n.static(link, static)
-	} else {
-		err = n.startDHCP(ctx, link)
-	}
-	if err != nil {
+	if err := writeResolvConf(dns); err != nil {
+		n.close()
 		return nil, err
 	}
 	return n, nil
 }
 
-// firstLink brings up every non-loopback link (or only name, if set) and
-// returns the first with a carrier.
-func firstLink(ctx context.Context, name string) (netlink.Link, error) {
+// configure finds the link ifc matches, waits for its carrier and gives
+// it its address; it returns the address and name servers.
+func (n *Network) configure(ctx context.Context, ifc enrolment.Interface) (*link, netip.Addr, []netip.Addr, error) {
+	nl, err := findLink(ctx, ifc)
+	if err != nil {
+		return nil, netip.Addr{}, nil, err
+	}
+	l := &link{name: nl.Attrs().Name, nl: nl}
+	if ifc.Static != nil {
+		ip, err := static(nl, ifc.Static)
+		if err != nil {
+			return nil, ip, nil, err
+		}
+		n.log.Info("network configured", "link", l.name, "address", ifc.Static.Addresses[0], "method", "static",
+			"advertised", ifc.Advertise)
+		return l, ip, ifc.Static.DNS, nil
+	}
+	l.dhcp = &dhcpLink{link: nl, log: n.log.With("link", l.name)}
+	ip, dns, err := l.dhcp.start(ctx)
+	if err != nil {
+		return nil, ip, nil, err
+	}
+	return l, ip, dns, nil
+}
+
+// matches says whether a link is the one ifc names; an interface that
+// names none matches every link.
+func matches(a *netlink.LinkAttrs, ifc enrolment.Interface) bool {
+	switch {
+	case ifc.Name != "":
+		return a.Name == ifc.Name
+	case ifc.MAC != "":
+		return a.HardwareAddr.String() == ifc.MAC
+	}
+	return true
+}
+
+func describe(ifc enrolment.Interface) string {
+	switch {
+	case ifc.Name != "":
+		return "named " + ifc.Name
+	case ifc.MAC != "":
+		return "with MAC " + ifc.MAC
+	}
+	return ""
+}
+
+// findLink brings up the links ifc matches and returns the first with a
+// carrier.
+func findLink(ctx context.Context, ifc enrolment.Interface) (netlink.Link, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
@@ -78,7 +141,7 @@ func firstLink(ctx context.Context, name string) (netlink.Link, error) {
 	var candidates []netlink.Link
 	for _, l := range links {
 		a := l.Attrs()
-		if a.Name == "lo" || (name != "" && a.Name != name) {
+		if a.Name == "lo" || !matches(a, ifc) {
 			continue
 		}
 		if err := netlink.LinkSetUp(l); err != nil {
@@ -87,8 +150,8 @@ func firstLink(ctx context.Context, name string) (netlink.Link, error) {
 		candidates = append(candidates, l)
 	}
 	if len(candidates) == 0 {
-		if name != "" {
-			return nil, fmt.Errorf("no network link named %s", name)
+		if d := describe(ifc); d != "" {
+			return nil, fmt.Errorf("no network link %s", d)
 		}
 		return nil, errors.New("no network link")
 	}
@@ -103,107 +166,56 @@ func firstLink(ctx context.Context, name string) (netlink.Link, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no network link came up within %v", carrierTimeout)
+			return nil, fmt.Errorf("no network link %scame up within %v", strings.TrimSpace(describe(ifc)+" "), carrierTimeout)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-func (n *Network) static(link netlink.Link, s *enrolment.Static) error {
+// static gives a link its fixed addresses and gateways and returns its
+// first address.
+func static(link netlink.Link, s *enrolment.Static) (netip.Addr, error) {
+	name := link.Attrs().Name
 	for _, p := range s.Addresses {
 		addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
 		if err := netlink.AddrReplace(link, addr); err != nil {
-			return fmt.Errorf("adding %s to %s: %w", p, n.Link, err)
+			return netip.Addr{}, fmt.Errorf("adding %s to %s: %w", p, name, err)
 		}
 	}
-	n.IP = s.Addresses[0].Addr()
 	for _, gw := range []netip.Addr{s.Gateway4, s.Gateway6} {
 		if !gw.IsValid() {
 			continue
 		}
 		if err := netlink.RouteReplace(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: gw.AsSlice()}); err != nil {
-			return fmt.Errorf("adding default route via %s: %w", gw, err)
+			return netip.Addr{}, fmt.Errorf("adding default route via %s on %s: %w", gw, name, err)
 		}
 	}
-	n.log.Info("network configured", "link", n.Link, "address", s.Addresses[0], "method", "static")
-	return writeResolvConf(s.DNS)
+	return s.Addresses[0].Addr(), nil
 }
 
-func (n *Network) startDHCP(ctx context.Context, link netlink.Link) error {
-	c, err := nclient4.New(n.Link)
-	if err != nil {
-		return fmt.Errorf("starting DHCP on %s: %w", n.Link, err)
-	}
-	n.dhcp = c
-	lease, err := c.Request(ctx)
-	if err != nil {
-		c.Close()
-		return fmt.Errorf("DHCP on %s: %w", n.Link, err)
-	}
-	return n.apply(link, lease)
-}
-
-// apply configures the link from a DHCP lease.
-func (n *Network) apply(link netlink.Link, lease *nclient4.Lease) error {
-	ack := lease.ACK
-	ip, ok := netip.AddrFromSlice(ack.YourIPAddr.To4())
-	if !ok {
-		return fmt.Errorf("DHCP offered no IPv4 address")
-	}
-	mask := ack.SubnetMask()
-	if mask == nil {
-		mask = net.CIDRMask(32, 32)
-	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ack.YourIPAddr, Mask: mask}}
-	if err := netlink.AddrReplace(link, addr); err != nil {
-		return fmt.Errorf("adding %s to %s: %w", addr, n.Link, err)
-	}
-	if routers := ack.Router(); len(routers) > 0 {
-		if err := netlink.RouteReplace(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: routers[0]}); err != nil {
-			return fmt.Errorf("adding default route via %s: %w", routers[0], err)
-		}
-	}
-	var dns []netip.Addr
-	for _, d := range ack.DNS() {
-		if a, ok := netip.AddrFromSlice(d.To4()); ok {
-			dns = append(dns, a)
-		}
-	}
-	n.IP, n.lease = ip, lease
-	n.log.Info("network configured", "link", n.Link, "address", addr.IPNet.String(), "method", "dhcp",
-		"lease", ack.IPAddressLeaseTime(time.Hour))
-	return writeResolvConf(dns)
-}
-
-// Run renews the DHCP lease at half its lifetime until ctx ends. A static
-// network has nothing to do.
+// Run keeps every DHCP lease renewed until ctx ends or a lease is lost
+// for good; a static network has nothing to do.
 func (n *Network) Run(ctx context.Context) error {
-	if n.lease == nil {
-		return nil
-	}
-	link, err := netlink.LinkByName(n.Link)
-	if err != nil {
-		return err
-	}
-	for {
-		wait := n.lease.ACK.IPAddressLeaseTime(time.Hour) / 2
-		select {
-		case <-ctx.Done():
-			n.dhcp.Close()
-			return ctx.Err()
-		case <-time.After(wait):
+	defer n.close()
+	errs := make(chan error, len(n.links))
+	running := 0
+	for _, l := range n.links {
+		if l.dhcp != nil {
+			running++
+			go func() { errs <- l.dhcp.run(ctx) }()
 		}
-		lease, err := n.dhcp.Renew(ctx, n.lease)
-		if err != nil {
-			// Log and retry; the address stays until the lease ends.
-			n.log.Warn("renewing DHCP lease", "err", err)
-			lease, err = n.dhcp.Request(ctx)
-			if err != nil {
-				return fmt.Errorf("renewing DHCP lease: %w", err)
-			}
-		}
-		if err := n.apply(link, lease); err != nil {
-			return err
+	}
+	if running == 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return <-errs
+}
+
+func (n *Network) close() {
+	for _, l := range n.links {
+		if l.dhcp != nil {
+			l.dhcp.close()
 		}
 	}
 }

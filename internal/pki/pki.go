@@ -78,22 +78,7 @@ func (ca *CA) Issue(name string, ips []net.IP, dns []string, now time.Time) (*Ce
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"Borough"}},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              now.Add(certValidity),
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:           ips,
-		DNSNames:              dns,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		return nil, fmt.Errorf("issuing certificate for %s: %w", name, err)
-	}
-	cert, err := x509.ParseCertificate(der)
+	cert, err := ca.sign(name, &key.PublicKey, ips, dns, now)
 	if err != nil {
 		return nil, err
 	}

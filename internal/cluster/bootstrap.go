@@ -1,0 +1,106 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
+)
+
+// bootstrap creates the cluster. prev is the record of a bootstrap that
+// did not finish, whose leftovers it removes.
+func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Consensus, *Record, error) {
+	cluster := mg.cfg.Enrolment.ClusterName
+	name := newName()
+	if prev != nil {
+		mg.log.Warn("a previous bootstrap did not finish; starting it over", "node", prev.Node)
+		name, cluster = prev.Node, prev.Cluster
+		for _, dir := range []string{mg.etcdDir(), mg.pkiFiles().Dir} {
+			if err := os.RemoveAll(dir); err != nil {
+				return nil, nil, fmt.Errorf("removing %s of the unfinished bootstrap: %w", dir, err)
+			}
+		}
+	}
+	rec := &Record{Phase: PhaseBootstrapping, Cluster: cluster, Node: name}
+	if err := mg.writeRecords(rec); err != nil {
+		return nil, nil, err
+	}
+	ca, node, err := mg.writePKI(cluster, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := consensus.Start(ctx, mg.consensusConfig(name, cluster, consensus.ModeNew))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := mg.storeCluster(ctx, c.Client, cluster, ca, name, node); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	if err := mg.member(rec, c); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	mg.log.Info("cluster created", "cluster", rec.Cluster, "id", rec.ClusterID,
+		"ca_fingerprint", pki.Fingerprint(ca.Cert))
+	return c, rec, nil
+}
+
+// writePKI creates the cluster CA and this node's certificate, and writes
+// the files etcd reads.
+func (mg *Manager) writePKI(cluster, name string) (*pki.CA, *pki.Cert, error) {
+	now := time.Now()
+	ca, err := pki.NewCA(cluster, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	node, err := ca.Issue(name, mg.ips(), []string{name, "localhost"}, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	crl, err := ca.CRL(1, nil, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	err = mg.pkiFiles().Write(consensus.Bundle{
+		CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: mg.cfg.Enrolment.Owner, CRL: crl,
+	})
+	return ca, node, err
+}
+
+// storeCluster records the cluster's CA, CRL, owner and first node in
+// etcd.
+func (mg *Manager) storeCluster(ctx context.Context, c *clientv3.Client, cluster string, ca *pki.CA, name string, node *pki.Cert) error {
+	key, err := pki.KeyPEM(ca.Key)
+	if err != nil {
+		return err
+	}
+	crl, err := os.ReadFile(mg.pkiFiles().CRL())
+	if err != nil {
+		return err
+	}
+	rec, err := keyspace.NodeRecord{Serial: node.Cert.SerialNumber.Text(16)}.Marshal()
+	if err != nil {
+		return err
+	}
+	ops := []clientv3.Op{
+		clientv3.OpPut(keyspace.Cluster, cluster),
+		clientv3.OpPut(keyspace.CACert, string(pki.CertPEM(ca.Cert))),
+		clientv3.OpPut(keyspace.CAKey, string(key)),
+		clientv3.OpPut(keyspace.CRL, string(crl)),
+		clientv3.OpPut(keyspace.Nodes+name, string(rec)),
+	}
+	if owner := mg.cfg.Enrolment.Owner; owner != nil {
+		ops = append(ops, clientv3.OpPut(keyspace.OwnerCert, string(pki.CertPEM(owner))))
+	}
+	if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return fmt.Errorf("storing the cluster CA in etcd: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+package cluster
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/join"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+	"github.com/borough-os/borough/proto/joinpb"
+)
+
+// Preflight checks, before the node touches its data partition, that the
+// cluster would admit a fresh node with its ticket: a ticket that is
+// forged, expired, used, or for a cluster whose endpoints present another
+// CA, fails the node with nothing written. A node that already began its
+// join (its ESP record says so) has nothing to check. Unreachable
+// endpoints are retried until ctx ends.
+func (mg *Manager) Preflight(ctx context.Context, espRoot string, e *enrolment.Enrolment) error {
+	if e.Ticket == nil {
+		return nil
+	}
+	mg.cfg.ESPRoot = espRoot
+	if rec, err := readRecord(mg.espRecord()); err != nil || rec != nil {
+		return err
+	}
+	mg.log.Info("checking the join ticket", "cluster", e.Ticket.GetClusterName(), "endpoints", e.Ticket.GetJoinEndpoints())
+	return retry(ctx, mg.log, "checking the join ticket", refused, func() error {
+		return join.Check(ctx, e.Ticket)
+	})
+}
+
+func refused(err error) bool {
+	var r *join.Refusal
+	return errors.As(err, &r)
+}
+
+// join joins the cluster of the enrolment's ticket. prev is the record of
+// a join that did not finish, which it finishes with the same name and
+// key.
+func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus, *Record, error) {
+	t := mg.cfg.Enrolment.Ticket
+	rec := prev
+	if rec == nil {
+		rec = &Record{Phase: PhaseJoining, Cluster: t.GetClusterName(), Node: newName()}
+		if err := mg.writeRecords(rec); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		mg.log.Warn("a previous join did not finish; finishing it", "node", rec.Node)
+	}
+	key, err := mg.nodeKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	csr, err := pki.NewCSR(rec.Node, mg.ips(), key)
+	if err != nil {
+		return nil, nil, err
+	}
+	var resp *joinpb.JoinResponse
+	err = retry(ctx, mg.log, "asking to join", refused, func() (err error) {
+		resp, err = join.Join(ctx, t, csr)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("joining cluster %s: %w", t.GetClusterName(), err)
+	}
+	if err := mg.writeJoinPKI(resp, key); err != nil {
+		return nil, nil, err
+	}
+	cfg := mg.consensusConfig(rec.Node, rec.Cluster, consensus.ModeJoin)
+	for _, m := range resp.GetMembers() {
+		cfg.Peers = append(cfg.Peers, consensus.Peer{Name: m.GetName(), PeerURLs: m.GetPeerUrls()})
+	}
+	mg.log.Info("admitted as a learner; starting etcd", "cluster", rec.Cluster, "member", fmt.Sprintf("%x", resp.GetMemberId()))
+	c, err := consensus.Start(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := mg.member(rec, c); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	mg.log.Info("joined cluster", "cluster", rec.Cluster, "id", rec.ClusterID, "ca_fingerprint", mg.caFingerprint())
+	return c, rec, nil
+}
+
+// nodeKey returns the node's private key from the data volume, making it
+// on the first try: a join that is tried again must use the same key,
+// which its ticket was claimed for.
+func (mg *Manager) nodeKey() (crypto.Signer, error) {
+	path := mg.pkiFiles().Key()
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return pki.ParseKeyPEM(b)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	pemKey, err := pki.KeyPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(mg.pkiFiles().Dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := atomicfile.Write(path, pemKey, 0o600); err != nil {
+		return nil, fmt.Errorf("writing the node key: %w", err)
+	}
+	return key, nil
+}
+
+// writeJoinPKI writes the PKI files from the cluster's answer.
+func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer) error {
+	ca, err := x509.ParseCertificate(resp.GetCaCertificate())
+	if err != nil {
+		return err
+	}
+	cert, err := x509.ParseCertificate(resp.GetCertificate())
+	if err != nil {
+		return err
+	}
+	b := consensus.Bundle{CA: ca, Cert: cert, Key: key, CRL: resp.GetCrl()}
+	if der := resp.GetOwnerCertificate(); len(der) > 0 {
+		if b.Owner, err = x509.ParseCertificate(der); err != nil {
+			return fmt.Errorf("the cluster's owner certificate: %w", err)
+		}
+	}
+	if err := pki.CheckCRL(b.CRL, ca, nil); err != nil {
+		return fmt.Errorf("the cluster's CRL: %w", err)
+	}
+	return mg.pkiFiles().Write(b)
+}
+
+// awaitRole waits until the member may say it runs, and returns its role:
+// "voter", or "learner" for a learner for good or one the promotion
+// policy keeps (the second node of a cluster), saying which.
+func (mg *Manager) awaitRole(ctx context.Context, c *consensus.Consensus) (string, error) {
+	warned := time.Now()
+	for c.IsLearner() {
+		if mg.learnerForGood() {
+			mg.log.Info("this node joined as a learner for good: it holds the data but never votes")
+			return "learner", nil
+		}
+		if keptLearner(c.Members()) {
+			mg.log.Info("this node stays a learner until a third node joins: " +
+				"two voters would stop all writes when either one fails")
+			return "learner", nil
+		}
+		if time.Since(warned) > 30*time.Second {
+			mg.log.Info("waiting for promotion to voter")
+			warned = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return "voter", nil
+}
+
+func (mg *Manager) learnerForGood() bool {
+	t := mg.cfg.Enrolment.Ticket
+	return t != nil && t.GetRole() == enrolmentpb.Role_ROLE_LEARNER
+}
+
+// keptLearner says whether the promotion policy keeps learners as they
+// are: fewer than three voters and learners that would vote.
+func keptLearner(members []consensus.Member) bool {
+	n := 0
+	for _, m := range members {
+		if !m.Learner || m.Name != "" {
+			n++
+		}
+	}
+	return n < 3
+}
+
+// reportPromotion logs when a learner becomes a voter.
+func (mg *Manager) reportPromotion(ctx context.Context, c *consensus.Consensus) {
+	if !c.IsLearner() || mg.learnerForGood() {
+		return
+	}
+	for c.IsLearner() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	mg.log.Info("promoted to voter")
+}

@@ -1,0 +1,227 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/join"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/supervisor"
+)
+
+// Socket is where local clients reach etcd.
+const Socket = "/run/borough/etcd.sock"
+
+// Config is what the manager needs to bring the node into its cluster.
+type Config struct {
+	Enrolment *enrolment.Enrolment
+	// FreshData says the data volume was created on this boot.
+	FreshData bool
+	// IP is the node's advertised address.
+	IP netip.Addr
+	// ESPRoot and DataRoot are where the ESP and data volume are mounted.
+	ESPRoot, DataRoot string
+}
+
+// Manager is the cluster manager; it owns the node's state.
+type Manager struct {
+	log *slog.Logger
+	cfg Config
+	m   machine
+}
+
+// New returns a manager for a node in state New. log is the node's root
+// logger: transitions are node-level events.
+func New(log *slog.Logger) *Manager {
+	return &Manager{log: log, m: machine{state: StateNew, log: log}}
+}
+
+// Fail puts the node in Failed for a reason found before Run, such as a
+// bad enrolment config.
+func (mg *Manager) Fail(reason error) {
+	mg.m.fail(reason)
+}
+
+// Configure gives the manager what Run needs, once storage and network
+// are up.
+func (mg *Manager) Configure(cfg Config) { mg.cfg = cfg }
+
+func (mg *Manager) espRecord() string { return esp.NodeState.In(mg.cfg.ESPRoot) }
+func (mg *Manager) dataRecord() string {
+	return filepath.Join(mg.cfg.DataRoot, "borough", "node-state.json")
+}
+func (mg *Manager) etcdDir() string { return filepath.Join(mg.cfg.DataRoot, "etcd") }
+func (mg *Manager) pkiFiles() consensus.Files {
+	return consensus.Files{Dir: filepath.Join(mg.cfg.DataRoot, "pki")}
+}
+
+// Run brings the node into its cluster and runs the member and its join
+// endpoint until ctx ends. A failure on the way puts the node in Failed,
+// with the reason logged, and Run returns nil: a failed node stays up and
+// says why, it does not loop. A member that stops after Running is fatal
+// (the node reboots into Restarting), unless the cluster removed it.
+func (mg *Manager) Run(ctx context.Context) error {
+	c, rec, err := mg.start(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		mg.m.fail(err)
+		return nil
+	}
+	role, err := mg.awaitRole(ctx, c)
+	if err != nil {
+		c.Close()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		mg.m.fail(err)
+		return nil
+	}
+	mg.m.to(StateRunning)
+	mg.log.Info("node running", "cluster", rec.Cluster, "member", rec.Node,
+		"client", net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.ClientPort)), "role", role)
+	err = mg.serve(ctx, c)
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, consensus.ErrRemoved):
+		return mg.removed(rec)
+	}
+	return supervisor.Fatal(fmt.Errorf("the cluster member stopped: %w", err))
+}
+
+// serve runs the member and its join endpoint; the first to end ends both.
+func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	js := &join.Server{Client: c.Client, PKI: mg.pkiFiles(), Log: mg.log.With("service", "join")}
+	errs := make(chan error, 2)
+	go func() { errs <- c.Run(ctx) }()
+	go func() { errs <- js.Run(ctx) }()
+	go mg.reportPromotion(ctx, c)
+	err := <-errs
+	cancel()
+	<-errs
+	return err
+}
+
+// removed records that the cluster removed the node and fails it for
+// good.
+func (mg *Manager) removed(rec *Record) error {
+	rec.Phase = PhaseRemoved
+	if err := mg.writeRecords(rec); err != nil {
+		mg.log.Warn("recording the removal", "err", err)
+	}
+	mg.m.fail(errRemoved(rec.Cluster))
+	return nil
+}
+
+func errRemoved(cluster string) error {
+	return fmt.Errorf("removed from cluster %s", cluster)
+}
+
+func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, error) {
+	espRec, err := readRecord(mg.espRecord())
+	if err != nil {
+		return nil, nil, err
+	}
+	dataRec, err := readRecord(mg.dataRecord())
+	if err != nil {
+		return nil, nil, err
+	}
+	d := decide(espRec, dataRec, mg.cfg.FreshData, mg.cfg.Enrolment.Ticket != nil)
+	if d.Next == StateFailed {
+		return nil, nil, d.Reason
+	}
+	mg.m.to(d.Next)
+	switch d.Next {
+	case StateRestarting:
+		c, err := mg.restart(ctx, d.Record)
+		return c, d.Record, err
+	case StateJoining:
+		return mg.join(ctx, d.Record)
+	}
+	return mg.bootstrap(ctx, d.Record)
+}
+
+func (mg *Manager) consensusConfig(name, cluster string, mode consensus.Mode) consensus.Config {
+	return consensus.Config{
+		Name: name, Cluster: cluster,
+		DataDir: mg.etcdDir(), PKI: mg.pkiFiles(),
+		IP: mg.cfg.IP, Mode: mode, Socket: Socket,
+		Log: mg.log.With("service", "consensus"),
+	}
+}
+
+// writeRecords writes rec to the data volume, then to the ESP.
+func (mg *Manager) writeRecords(rec *Record) error {
+	if err := writeRecord(mg.dataRecord(), rec); err != nil {
+		return err
+	}
+	return writeRecord(mg.espRecord(), rec)
+}
+
+// member records the started member in the node state record.
+func (mg *Manager) member(rec *Record, c *consensus.Consensus) error {
+	rec.Phase = PhaseMember
+	rec.ClusterID = strconv.FormatUint(c.ClusterID(), 16)
+	rec.MemberID = strconv.FormatUint(c.MemberID(), 16)
+	return mg.writeRecords(rec)
+}
+
+// ips are the addresses in the node's certificate.
+func (mg *Manager) ips() []net.IP {
+	return []net.IP{mg.cfg.IP.AsSlice(), net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+}
+
+// caFingerprint reads the CA file's fingerprint, for the log.
+func (mg *Manager) caFingerprint() string {
+	b, err := os.ReadFile(mg.pkiFiles().CA())
+	if err != nil {
+		return "unknown"
+	}
+	ca, err := pki.ParseCertPEM(b)
+	if err != nil {
+		return "unknown"
+	}
+	return pki.Fingerprint(ca)
+}
+
+// retry runs fn until it succeeds, fails for good (final says which), or
+// ctx ends, waiting longer after each failure and logging it.
+func retry(ctx context.Context, log *slog.Logger, what string, final func(error) bool, fn func() error) error {
+	wait := time.Second
+	for {
+		err := fn()
+		if err == nil || final(err) {
+			return err
+		}
+		log.Warn(what+"; retrying", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+func newName() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return "node-" + hex.EncodeToString(b)
+}

@@ -1,0 +1,148 @@
+package join
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+	"github.com/borough-os/borough/proto/joinpb"
+)
+
+// Check asks the cluster whether the ticket would admit a fresh node,
+// without using it up. It returns a *Refusal if the cluster says no.
+func Check(ctx context.Context, t *enrolmentpb.Ticket) error {
+	_, err := call(ctx, t, pathCheck, &joinpb.JoinRequest{TicketId: t.GetId(), Secret: t.GetSecret()})
+	return err
+}
+
+// Join asks the cluster to admit the node whose certificate request is
+// csr, and checks the answer against the ticket: the CA is the pinned
+// one, and the certificate is for csr's key and issued by that CA.
+func Join(ctx context.Context, t *enrolmentpb.Ticket, csr []byte) (*joinpb.JoinResponse, error) {
+	resp, err := call(ctx, t, pathJoin, &joinpb.JoinRequest{TicketId: t.GetId(), Secret: t.GetSecret(), Csr: csr})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAnswer(t, csr, resp); err != nil {
+		return nil, &Refusal{Reason: "the cluster's answer is not acceptable: " + err.Error()}
+	}
+	return resp, nil
+}
+
+func checkAnswer(t *enrolmentpb.Ticket, csrDER []byte, resp *joinpb.JoinResponse) error {
+	ca, err := x509.ParseCertificate(resp.GetCaCertificate())
+	if err != nil {
+		return fmt.Errorf("CA certificate: %w", err)
+	}
+	if pki.Fingerprint(ca) != t.GetCaFingerprint() {
+		return fmt.Errorf("the CA is %s, the ticket pins %s", pki.Fingerprint(ca), t.GetCaFingerprint())
+	}
+	cert, err := x509.ParseCertificate(resp.GetCertificate())
+	if err != nil {
+		return fmt.Errorf("node certificate: %w", err)
+	}
+	if err := cert.CheckSignatureFrom(ca); err != nil {
+		return fmt.Errorf("the node certificate is not issued by the CA: %w", err)
+	}
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(cert.RawSubjectPublicKeyInfo, csr.RawSubjectPublicKeyInfo) {
+		return errors.New("the node certificate is not for this node's key")
+	}
+	if resp.GetClusterName() != t.GetClusterName() {
+		return fmt.Errorf("the cluster is %q, the ticket names %q", resp.GetClusterName(), t.GetClusterName())
+	}
+	return nil
+}
+
+// call POSTs req to each of the ticket's endpoints in turn until one
+// answers. A refusal ends the round at once.
+func call(ctx context.Context, t *enrolmentpb.Ticket, path string, req *joinpb.JoinRequest) (*joinpb.JoinResponse, error) {
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, ep := range t.GetJoinEndpoints() {
+		resp, err := post(ctx, t.GetCaFingerprint(), ep, path, body)
+		var refusal *Refusal
+		if err == nil || errors.As(err, &refusal) {
+			return resp, err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+	}
+	return nil, fmt.Errorf("no join endpoint answered: %w", errors.Join(errs...))
+}
+
+// post sends one request to one endpoint.
+func post(ctx context.Context, fingerprint, endpoint, path string, body []byte) (*joinpb.JoinResponse, error) {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{
+		Timeout: 45 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig: pinned(fingerprint, host),
+			DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		},
+	}
+	defer client.CloseIdleConnections()
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+endpoint+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Content-Type", "application/x-protobuf")
+	res, err := client.Do(r)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	switch res.StatusCode {
+	case http.StatusOK:
+	case http.StatusForbidden, http.StatusBadRequest:
+		return nil, &Refusal{Reason: strings.TrimSpace(string(b))}
+	default:
+		return nil, fmt.Errorf("%s: %s", res.Status, strings.TrimSpace(string(b)))
+	}
+	var resp joinpb.JoinResponse
+	if err := proto.Unmarshal(b, &resp); err != nil {
+		return nil, fmt.Errorf("the answer is not a join response: %w", err)
+	}
+	return &resp, nil
+}
+
+// pinned is a TLS config that accepts only a server whose chain holds the
+// CA with the given fingerprint and whose certificate, issued by that CA,
+// names host.
+func pinned(fingerprint, host string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		// The chain is verified below, against the pinned CA only.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if _, err := pki.VerifyPinned(cs.PeerCertificates, fingerprint, host); err != nil {
+				return &Refusal{Reason: "the join endpoint: " + err.Error()}
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,334 @@
+package join
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/joinpb"
+)
+
+// Port is the join endpoint's TCP port on every member.
+const Port = 7834
+
+// Paths of the endpoint.
+const (
+	pathCheck = "/v1/check"
+	pathJoin  = "/v1/join"
+)
+
+// maxBody bounds a request body.
+const maxBody = 64 << 10
+
+// Server is a member's join endpoint.
+type Server struct {
+	// Client reaches the local etcd member.
+	Client *clientv3.Client
+	// PKI holds the member's certificate, which the endpoint presents.
+	PKI consensus.Files
+	Log *slog.Logger
+}
+
+// Run serves the endpoint until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	cert, err := tls.LoadX509KeyPair(s.PKI.Cert(), s.PKI.Key())
+	if err != nil {
+		return fmt.Errorf("join endpoint: loading the node certificate: %w", err)
+	}
+	l, err := net.Listen("tcp", ":"+strconv.Itoa(Port))
+	if err != nil {
+		return fmt.Errorf("join endpoint: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+pathCheck, s.handle(s.check))
+	mux.HandleFunc("POST "+pathJoin, s.handle(s.join))
+	srv := &http.Server{
+		Handler:           mux,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13},
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	err = srv.ServeTLS(l, "", "")
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("join endpoint: %w", err)
+}
+
+// Refusal is a join request the cluster will not grant; asking again will
+// not change that.
+type Refusal struct{ Reason string }
+
+func (r *Refusal) Error() string { return r.Reason }
+
+func refuse(format string, args ...any) error {
+	return &Refusal{Reason: fmt.Sprintf(format, args...)}
+}
+
+// handle decodes a JoinRequest, runs fn and encodes its answer: a refusal
+// is 403 with the reason, another error 503.
+func (s *Server) handle(fn func(context.Context, *joinpb.JoinRequest) (proto.Message, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+		var req joinpb.JoinRequest
+		if err == nil {
+			err = proto.Unmarshal(body, &req)
+		}
+		if err != nil {
+			http.Error(w, "not a join request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		resp, err := fn(ctx, &req)
+		var refusal *Refusal
+		switch {
+		case errors.As(err, &refusal):
+			s.Log.Warn("join refused", "from", r.RemoteAddr, "path", r.URL.Path, "reason", refusal.Reason)
+			http.Error(w, refusal.Reason, http.StatusForbidden)
+			return
+		case err != nil:
+			s.Log.Warn("join failed", "from", r.RemoteAddr, "path", r.URL.Path, "err", err)
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		b, err := proto.Marshal(resp)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(b)
+	}
+}
+
+// record reads a ticket's record and its revision (0 if there is none).
+func (s *Server) record(ctx context.Context, id []byte) (*joinpb.TicketRecord, int64, error) {
+	if len(id) == 0 {
+		return nil, 0, refuse("the request names no ticket")
+	}
+	resp, err := s.Client.Get(ctx, ticket.Key(id))
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the ticket: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, nil
+	}
+	var rec joinpb.TicketRecord
+	if err := proto.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+		return nil, 0, fmt.Errorf("the cluster's record of the ticket is damaged: %w", err)
+	}
+	return &rec, resp.Kvs[0].ModRevision, nil
+}
+
+// check says whether a fresh node may use the ticket, without claiming it.
+func (s *Server) check(ctx context.Context, req *joinpb.JoinRequest) (proto.Message, error) {
+	rec, _, err := s.record(ctx, req.GetTicketId())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ticket.Admit(rec, req.GetSecret(), nil, time.Now()); err != nil {
+		return nil, refuse("%v", err)
+	}
+	return &joinpb.JoinResponse{}, nil
+}
+
+// join admits a node: see the package doc for the steps.
+func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Message, error) {
+	csr, err := x509.ParseCertificateRequest(req.GetCsr())
+	if err != nil {
+		return nil, refuse("the certificate request is not valid: %v", err)
+	}
+	name := csr.Subject.CommonName
+	rec, err := s.claim(ctx, req, csr)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := s.ca(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := ca.SignCSR(req.GetCsr(), time.Now())
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(advertised(csr), consensus.PeerPort).String()}
+	id, err := s.addLearner(ctx, name, peer.String())
+	if err != nil {
+		return nil, err
+	}
+	if err := consensus.PutNode(ctx, s.Client, name, keyspace.NodeRecord{Serial: cert.SerialNumber.Text(16), Learner: rec.GetLearnerForGood()}); err != nil {
+		return nil, err
+	}
+	resp, err := s.answer(ctx, ca)
+	if err != nil {
+		return nil, err
+	}
+	resp.Certificate, resp.MemberId, resp.LearnerForGood = cert.Raw, id, rec.GetLearnerForGood()
+	s.Log.Info("admitted node as a learner", "node", name, "member", strconv.FormatUint(id, 16), "peer", peer.String())
+	return resp, nil
+}
+
+// advertised is the request's first IP address that is not loopback.
+func advertised(csr *x509.CertificateRequest) netip.Addr {
+	for _, ip := range csr.IPAddresses {
+		if a, ok := netip.AddrFromSlice(ip); ok && !a.Unmap().IsLoopback() {
+			return a.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// claim admits the request under its ticket, claiming an unused ticket
+// for the request's key in one etcd transaction that also checks that
+// nobody claimed it in between.
+func (s *Server) claim(ctx context.Context, req *joinpb.JoinRequest, csr *x509.CertificateRequest) (*joinpb.TicketRecord, error) {
+	if !advertised(csr).IsValid() {
+		return nil, refuse("the certificate request has no address other members can reach")
+	}
+	rec, rev, err := s.record(ctx, req.GetTicketId())
+	if err != nil {
+		return nil, err
+	}
+	keyHash := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
+	adm, err := ticket.Admit(rec, req.GetSecret(), keyHash[:], time.Now())
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	name := csr.Subject.CommonName
+	if adm == ticket.Again {
+		if rec.GetNode() != name {
+			return nil, refuse("the ticket was used by node %s, not %s", rec.GetNode(), name)
+		}
+		return rec, nil
+	}
+	claimed := proto.Clone(rec).(*joinpb.TicketRecord)
+	claimed.ClaimedBy, claimed.Node = keyHash[:], name
+	b, err := proto.Marshal(claimed)
+	if err != nil {
+		return nil, err
+	}
+	key := ticket.Key(req.GetTicketId())
+	// The node's name must be new to the cluster: a ticket admits a node,
+	// it does not let one take over another's record.
+	txn, err := s.Client.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
+		clientv3.Compare(clientv3.CreateRevision(keyspace.Nodes+name), "=", 0),
+	).Then(clientv3.OpPut(key, string(b))).Else(clientv3.OpGet(keyspace.Nodes + name)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("claiming the ticket: %w", err)
+	}
+	if !txn.Succeeded {
+		if len(txn.Responses[0].GetResponseRange().Kvs) > 0 {
+			return nil, refuse("the cluster already has a node named %s", name)
+		}
+		return nil, errors.New("the ticket changed while it was being claimed; ask again")
+	}
+	return claimed, nil
+}
+
+// ca reads the cluster CA from etcd.
+func (s *Server) ca(ctx context.Context) (*pki.CA, error) {
+	resp, err := s.Client.Txn(ctx).Then(clientv3.OpGet(keyspace.CACert), clientv3.OpGet(keyspace.CAKey)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster CA: %w", err)
+	}
+	var certPEM, keyPEM []byte
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		certPEM = kvs[0].Value
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
+		keyPEM = kvs[0].Value
+	}
+	cert, err := pki.ParseCertPEM(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster CA certificate in etcd: %w", err)
+	}
+	key, err := pki.ParseKeyPEM(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster CA key in etcd: %w", err)
+	}
+	return &pki.CA{Cert: cert, Key: key}, nil
+}
+
+// addLearner adds the node as a learner at peerURL, or finds it if an
+// earlier attempt added it.
+func (s *Server) addLearner(ctx context.Context, name, peerURL string) (uint64, error) {
+	add, err := s.Client.MemberAddAsLearner(ctx, []string{peerURL})
+	if err == nil {
+		return add.Member.ID, nil
+	}
+	if !errors.Is(err, rpctypes.ErrPeerURLExist) {
+		return 0, fmt.Errorf("adding the node as a learner: %w", err)
+	}
+	list, err := s.Client.MemberList(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing members: %w", err)
+	}
+	for _, m := range list.Members {
+		for _, u := range m.PeerURLs {
+			if u != peerURL {
+				continue
+			}
+			if m.Name != "" && m.Name != name {
+				return 0, refuse("member %s already has the address %s", m.Name, peerURL)
+			}
+			return m.ID, nil
+		}
+	}
+	return 0, fmt.Errorf("etcd says %s is taken, but no member has it", peerURL)
+}
+
+// answer collects what a joining node needs to know of the cluster.
+func (s *Server) answer(ctx context.Context, ca *pki.CA) (*joinpb.JoinResponse, error) {
+	resp, err := s.Client.Txn(ctx).Then(
+		clientv3.OpGet(keyspace.CRL), clientv3.OpGet(keyspace.OwnerCert), clientv3.OpGet(keyspace.Cluster),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster's state: %w", err)
+	}
+	value := func(i int) []byte {
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
+			return kvs[0].Value
+		}
+		return nil
+	}
+	out := &joinpb.JoinResponse{CaCertificate: ca.Cert.Raw, Crl: value(0), ClusterName: string(value(2))}
+	if b := value(1); b != nil {
+		owner, err := pki.ParseCertPEM(b)
+		if err != nil {
+			return nil, fmt.Errorf("the owner certificate in etcd: %w", err)
+		}
+		out.OwnerCertificate = owner.Raw
+	}
+	list, err := s.Client.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing members: %w", err)
+	}
+	for _, m := range list.Members {
+		out.Members = append(out.Members, &joinpb.Member{Name: m.Name, PeerUrls: m.PeerURLs})
+	}
+	return out, nil
+}

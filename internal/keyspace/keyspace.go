@@ -1,0 +1,50 @@
+// Package keyspace is the layout of Borough's own data in etcd: its keys
+// and the records kept under them. The node and the owner's CLI both read
+// and write them, so the layout lives here, in a package small enough for
+// the CLI to import without linking etcd's server.
+//
+// Who can read what: every member reads and writes all of it through its
+// local socket, and the owner through the client port. That includes the
+// cluster CA's key (KeyCAKey), because any member must be able to admit a
+// node while others are down; members hold the whole database anyway, and
+// the key is at rest only on encrypted data volumes. A removed node cannot
+// come back by minting itself a certificate with a copy of it: its member
+// ID is removed, so the peers refuse its raft traffic whatever certificate
+// it shows, and joining again takes a new ticket from the owner.
+package keyspace
+
+import "encoding/json"
+
+// Keys Borough keeps in etcd.
+const (
+	// Cluster is the cluster's name.
+	Cluster = "/borough/cluster/name"
+	// CACert and CAKey are the cluster CA, PEM.
+	CACert = "/borough/pki/ca-cert"
+	CAKey  = "/borough/pki/ca-key"
+	// CRL is the cluster's DER revocation list; members put it in force.
+	CRL = "/borough/pki/crl"
+	// OwnerCert is the owner's certificate, PEM, if the cluster has one.
+	OwnerCert = "/borough/pki/owner-cert"
+	// Nodes prefixes each node's NodeRecord, by node name.
+	Nodes = "/borough/nodes/"
+)
+
+// NodeRecord is what the cluster keeps of each node, as JSON at Nodes +
+// the node's name: enough to revoke its certificate and to know its role.
+type NodeRecord struct {
+	// Serial is the node certificate's serial number, in hex.
+	Serial string `json:"serial"`
+	// Learner says the node joined as a learner for good.
+	Learner bool `json:"learner,omitempty"`
+}
+
+// Marshal encodes the record as it is kept in etcd.
+func (r NodeRecord) Marshal() ([]byte, error) { return json.Marshal(r) }
+
+// ParseNodeRecord decodes a record.
+func ParseNodeRecord(b []byte) (NodeRecord, error) {
+	var r NodeRecord
+	err := json.Unmarshal(b, &r)
+	return r, err
+}

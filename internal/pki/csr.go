@@ -1,0 +1,123 @@
+package pki
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"time"
+)
+
+// NodeName is the form of a node's name, which is its certificate's
+// common name and DNS name and its etcd member name.
+var NodeName = regexp.MustCompile(`^node-[0-9a-f]{8}$`)
+
+// NewCSR makes a certificate request for a node named name, reached at
+// ips, signed by key. The key never leaves the node.
+func NewCSR(name string, ips []net.IP, key crypto.Signer) ([]byte, error) {
+	return x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:     pkix.Name{CommonName: name, Organization: []string{"Borough"}},
+		IPAddresses: ips,
+		DNSNames:    []string{name, "localhost"},
+	}, key)
+}
+
+// SignCSR checks a node's certificate request and issues the node its
+// certificate, with the request's name and IP addresses: the request's
+// signature must verify, its name must be a node name and its key ECDSA
+// P-256 (the cluster's one key type).
+func (ca *CA) SignCSR(der []byte, now time.Time) (*x509.Certificate, error) {
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("the certificate request's signature: %w", err)
+	}
+	name := csr.Subject.CommonName
+	if !NodeName.MatchString(name) {
+		return nil, fmt.Errorf("the certificate request names %q, not a node name like node-1a2b3c4d", name)
+	}
+	if csr.PublicKeyAlgorithm != x509.ECDSA {
+		return nil, errors.New("the certificate request's key is not ECDSA P-256")
+	}
+	if len(csr.IPAddresses) == 0 {
+		return nil, errors.New("the certificate request has no IP address")
+	}
+	return ca.sign(name, csr.PublicKey, csr.IPAddresses, []string{name, "localhost"}, now)
+}
+
+// sign issues a node certificate for pub.
+func (ca *CA) sign(name string, pub any, ips []net.IP, dns []string, now time.Time) (*x509.Certificate, error) {
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: name, Organization: []string{"Borough"}},
+		NotBefore:             now.Add(-backdate),
+		NotAfter:              now.Add(certValidity),
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:           ips,
+		DNSNames:              dns,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("issuing certificate for %s: %w", name, err)
+	}
+	return x509.ParseCertificate(der)
+}
+
+// CheckCRL checks a DER CRL before it is put in force: the CA signed it,
+// and it is newer (a higher number) than current, if there is one.
+func CheckCRL(der []byte, ca *x509.Certificate, current *x509.RevocationList) error {
+	crl, err := x509.ParseRevocationList(der)
+	if err != nil {
+		return fmt.Errorf("the CRL is not a DER revocation list: %w", err)
+	}
+	if !bytes.Equal(crl.RawIssuer, ca.RawSubject) {
+		return errors.New("the CRL is not issued by the cluster CA")
+	}
+	if err := crl.CheckSignatureFrom(ca); err != nil {
+		return fmt.Errorf("the CRL's signature does not verify against the cluster CA: %w", err)
+	}
+	if crl.Number == nil {
+		return errors.New("the CRL has no number")
+	}
+	if current == nil || current.Number == nil {
+		return nil
+	}
+	switch c := crl.Number.Cmp(current.Number); {
+	case c < 0:
+		return fmt.Errorf("the CRL is number %v, older than the one in force (%v)", crl.Number, current.Number)
+	case c == 0 && !bytes.Equal(der, current.Raw):
+		return fmt.Errorf("the CRL is number %v, as the one in force, but differs from it", crl.Number)
+	}
+	return nil
+}
+
+// VerifyPinned checks a server's chain against the CA with the given
+// fingerprint (trust pinned out of band: a ticket, the node's console):
+// the CA must be in the chain, and the server's certificate must verify
+// against it alone, for host. It returns the CA.
+func VerifyPinned(chain []*x509.Certificate, fingerprint, host string) (*x509.Certificate, error) {
+	if len(chain) == 0 {
+		return nil, errors.New("the server presented no certificate")
+	}
+	for _, c := range chain {
+		if !c.IsCA || Fingerprint(c) != fingerprint {
+			continue
+		}
+		roots := x509.NewCertPool()
+		roots.AddCert(c)
+		if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, DNSName: host}); err != nil {
+			return nil, fmt.Errorf("the server's certificate does not verify against the CA %s: %w", fingerprint, err)
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("the server does not present the CA %s: it is not a member of that cluster, or the fingerprint is mistyped", fingerprint)
+}
