@@ -190,8 +190,8 @@ func TestClusterESP(t *testing.T) {
 	cli(t, "image", "enrol", img, cfgFile)
 	vm := boot(t, qemu.Options{Image: img, TPM: true})
 	expect(t, vm, bootTimeout, "borough: enrolment config source=\"ESP EFI/Borough/enrolment.pb\" cluster=from-esp",
-		"storage_policy=disabled", "the local unlock key is stored IN CLEAR",
-		"borough: network: network configured link=eth0 address=10.0.2.15/24 method=static", running)
+		"storage_policy=disabled", "borough: network: network configured link=eth0 address=10.0.2.15/24 method=static",
+		"the local unlock key is stored IN CLEAR", running)
 	powerOff(t, vm)
 }
 

@@ -1,8 +1,8 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,9 +15,9 @@ import (
 // AccelEnv overrides the accelerator choice: "kvm" or "tcg".
 const AccelEnv = "BOROUGH_QEMU_ACCEL"
 
-// probeTimeout bounds the KVM probe; a working KVM answers in well under
-// a second.
-const probeTimeout = 5 * time.Second
+// probeTimeout bounds the KVM probe; OVMF under a working KVM reaches its
+// boot manager in about a second.
+const probeTimeout = 20 * time.Second
 
 var (
 	accelOnce   sync.Once
@@ -26,9 +26,9 @@ var (
 
 // Accel returns "kvm" if KVM has been seen to run a guest on this machine,
 // else "tcg". On some machines /dev/kvm exists but QEMU asserts or spins
-// with it, so its presence proves nothing: the probe boots a 64 KiB
-// firmware whose only instruction writes to QEMU's isa-debug-exit port,
-// and KVM counts as working if QEMU then exits with the expected status.
+// with it, so its presence proves nothing: the probe boots OVMF, the
+// firmware every VM runs, and KVM counts as working once OVMF's boot
+// manager prints its first line.
 // The verdict is cached per kernel and QEMU build in the user's cache
 // directory, and once per process.
 func Accel(ctx context.Context, logf func(string, ...any)) string {
@@ -71,7 +71,8 @@ func cachedProbe(ctx context.Context, logf func(string, ...any)) string {
 // probeKey identifies the host kernel and QEMU build.
 func probeKey() string {
 	release, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	key := strings.TrimSpace(string(release))
+	// The probe's own version: a verdict of an older probe is not kept.
+	key := "ovmf/" + strings.TrimSpace(string(release))
 	if path, err := exec.LookPath("qemu-system-x86_64"); err == nil {
 		if st, err := os.Stat(path); err == nil {
 			key += fmt.Sprintf("/%d-%d", st.Size(), st.ModTime().Unix())
@@ -80,42 +81,75 @@ func probeKey() string {
 	return strings.ReplaceAll(key, " ", "_")
 }
 
-// probeExit is the status QEMU exits with when the probe firmware writes
-// 0x31 to isa-debug-exit: (0x31 << 1) | 1.
-const probeExit = 99
+// probeSign is what OVMF prints on the serial console once its boot
+// manager runs: proof that the firmware itself, not just one
+// instruction, works under the accelerator.
+const probeSign = "BdsDxe"
 
-// probe runs the probe firmware with the accelerator accel.
+// probe boots the VMs' own firmware (OVMF, no disks) with the accelerator
+// accel and waits for its boot manager's first line. A one-instruction
+// firmware is not enough: on some hosts KVM runs that, then stops OVMF
+// with "KVM internal error".
 func probe(ctx context.Context, accel string) error {
-	// Real-mode code at the reset vector (the last 16 bytes of the
-	// firmware): mov al, 0x31; out 0xf4, al; hlt; jmp $.
-	bios := make([]byte, 64<<10)
-	copy(bios[len(bios)-16:], []byte{0xB0, 0x31, 0xE6, 0xF4, 0xF4, 0xEB, 0xFE})
-	f, err := os.CreateTemp("", "borough-kvm-probe")
+	vars, err := os.CreateTemp("", "borough-kvm-probe")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(bios); err != nil {
-		f.Close()
+	defer os.Remove(vars.Name())
+	b, err := os.ReadFile(ovmfVars)
+	if err == nil {
+		_, err = vars.Write(b)
+	}
+	vars.Close()
+	if err != nil {
 		return err
 	}
-	f.Close()
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	// The same machine and CPU model as real VMs: KVM can fail on the
-	// MSRs that -cpu max sets up before running a single instruction.
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", "-machine", "q35", "-accel", accel,
-		"-cpu", "max", "-nodefaults", "-display", "none", "-bios", f.Name(),
-		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x01")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("no answer within %v", probeTimeout)
-	case errors.As(err, &exit) && exit.ExitCode() == probeExit:
-		return nil
-	default:
-		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-		return fmt.Errorf("%v: %s", err, first)
+		"-cpu", "max", "-m", "256", "-nodefaults", "-display", "none", "-no-user-config",
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
+		"-drive", "if=pflash,format=raw,unit=1,file="+vars.Name(), "-serial", "stdio")
+	out := &signWriter{sign: []byte(probeSign), seen: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return err
 	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	select {
+	case <-out.seen:
+		return nil
+	case <-ctx.Done():
+		first, _, _ := strings.Cut(strings.TrimSpace(out.String()), "\n")
+		return fmt.Errorf("OVMF did not reach its boot manager within %v: %s", probeTimeout, first)
+	}
+}
+
+// signWriter collects output and closes seen once sign appears in it.
+type signWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	sign []byte
+	seen chan struct{}
+	done bool
+}
+
+func (w *signWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.done && bytes.Contains(w.buf.Bytes(), w.sign) {
+		w.done = true
+		close(w.seen)
+	}
+	return len(p), nil
+}
+
+func (w *signWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }

@@ -49,6 +49,18 @@ type Forward struct {
 	Host, Guest int
 }
 
+// UserMAC is the MAC address of the NIC on QEMU's user-mode network (QEMU's
+// own default, made explicit so that an enrolment config can match it).
+const UserMAC = "52:54:00:12:34:56"
+
+// LAN is a NIC on a Hub.
+type LAN struct {
+	// Hub is the hub's socket (Hub.Path).
+	Hub string
+	// MAC is the NIC's address, unique on the hub.
+	MAC string
+}
+
 // Options describes a VM. Zero values take the defaults noted.
 type Options struct {
 	// Image is the raw disk image, used in place: the guest's writes
@@ -80,6 +92,9 @@ type Options struct {
 	Network bool
 	// Forwards are TCP ports forwarded from 127.0.0.1 into the guest.
 	Forwards []Forward
+	// LAN, if set, attaches a second virtio NIC to a Hub shared with
+	// other VMs.
+	LAN *LAN
 	// Console, if set, receives the serial console as it arrives.
 	Console io.Writer
 	// Interactive connects the serial console and QEMU's monitor to this
@@ -158,7 +173,11 @@ func (o *Options) args(accel string) ([]string, error) {
 		for _, f := range o.Forwards {
 			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", f.Host, f.Guest)
 		}
-		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0")
+		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,mac="+UserMAC)
+	}
+	if o.LAN != nil {
+		args = append(args, "-netdev", "stream,id=lan0,server=off,addr.type=unix,addr.path="+o.LAN.Hub,
+			"-device", "virtio-net-pci,netdev=lan0,mac="+o.LAN.MAC)
 	}
 	if o.FwCfg != "" {
 		args = append(args, "-fw_cfg", "name="+fwcfg.Enrolment+",file="+o.FwCfg)

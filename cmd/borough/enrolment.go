@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,26 +13,143 @@ import (
 
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
 func enrolmentCommand() *cobra.Command {
 	c := &cobra.Command{Use: "enrolment", Short: "Write and read enrolment configs"}
-	c.AddCommand(enrolmentBootstrapCommand(), enrolmentShowCommand())
+	c.AddCommand(enrolmentBootstrapCommand(), enrolmentJoinCommand(), enrolmentShowCommand())
 	return c
 }
 
-type bootstrapFlags struct {
-	from, out, cluster, owner, policy string
-	noOwner                           bool
-	iface, gw4, gw6                   string
-	addresses, dns                    []string
+// nodeFlags set what every node's config has: storage and network.
+type nodeFlags struct {
+	from, out, policy string
+	iface, gw4, gw6   string
+	addresses, dns    []string
+	links             []string
+}
+
+func (f *nodeFlags) add(c *cobra.Command) {
+	c.Flags().StringVar(&f.from, "from", "", "prototext config to start from")
+	c.Flags().StringVar(&f.out, "out", "enrolment.pb", "file to write")
+	c.Flags().StringVar(&f.policy, "storage-policy", "", "TPM use for the data volume: best-effort, required or disabled")
+	c.Flags().StringVar(&f.iface, "interface", "", "static network: the link to configure")
+	c.Flags().StringSliceVar(&f.addresses, "address", nil, "static network: address with prefix length, e.g. 192.0.2.10/24 (repeatable)")
+	c.Flags().StringVar(&f.gw4, "gateway4", "", "static network: IPv4 default gateway")
+	c.Flags().StringVar(&f.gw6, "gateway6", "", "static network: IPv6 default gateway")
+	c.Flags().StringSliceVar(&f.dns, "dns", nil, "static network: name server (repeatable)")
+	c.Flags().StringArrayVar(&f.links, "link", nil, "one of several links: name=IFACE|mac=MAC, then dhcp or address=ADDR/LEN[,gateway4=GW], and advertise on exactly one; e.g. mac=52:54:00:0b:00:01,address=10.77.0.1/24,advertise (repeatable)")
 }
 
 var policies = map[string]enrolmentpb.StoragePolicy{
 	"best-effort": enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_BEST_EFFORT,
 	"required":    enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_REQUIRED,
 	"disabled":    enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_DISABLED,
+}
+
+// start reads --from, if given.
+func (f *nodeFlags) start() (*enrolmentpb.Config, error) {
+	c := &enrolmentpb.Config{}
+	if f.from != "" {
+		b, err := os.ReadFile(f.from)
+		if err != nil {
+			return nil, err
+		}
+		if err := prototext.Unmarshal(b, c); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.from, err)
+		}
+	}
+	c.Version = enrolment.Version
+	return c, nil
+}
+
+// apply sets the storage and network fields the flags give.
+func (f *nodeFlags) apply(c *enrolmentpb.Config) error {
+	if f.policy != "" {
+		p, ok := policies[f.policy]
+		if !ok {
+			return fmt.Errorf("--storage-policy %q: want best-effort, required or disabled", f.policy)
+		}
+		c.StoragePolicy = p
+	}
+	if len(f.addresses) > 0 && len(f.links) > 0 {
+		return fmt.Errorf("--address and --link are two forms of the network config: give one")
+	}
+	if len(f.addresses) > 0 {
+		c.Network = &enrolmentpb.Network{Config: &enrolmentpb.Network_Static{Static: &enrolmentpb.Static{
+			Interface: f.iface, Addresses: f.addresses, Gateway4: f.gw4, Gateway6: f.gw6, Dns: f.dns,
+		}}}
+	}
+	if len(f.links) > 0 {
+		c.Network = &enrolmentpb.Network{}
+		for _, spec := range f.links {
+			l, err := parseLink(spec)
+			if err != nil {
+				return err
+			}
+			c.Network.Interfaces = append(c.Network.Interfaces, l)
+		}
+	}
+	return nil
+}
+
+// parseLink parses a --link value.
+func parseLink(spec string) (*enrolmentpb.Interface, error) {
+	l := &enrolmentpb.Interface{}
+	var static *enrolmentpb.Static
+	for _, part := range strings.Split(spec, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "name":
+			l.Name = v
+		case "mac":
+			l.Mac = v
+		case "dhcp":
+			l.Config = &enrolmentpb.Interface_Dhcp{Dhcp: &enrolmentpb.DHCP{}}
+		case "address", "gateway4", "dns":
+			if static == nil {
+				static = &enrolmentpb.Static{}
+				l.Config = &enrolmentpb.Interface_Static{Static: static}
+			}
+			switch k {
+			case "address":
+				static.Addresses = append(static.Addresses, v)
+			case "gateway4":
+				static.Gateway4 = v
+			case "dns":
+				static.Dns = append(static.Dns, v)
+			}
+		case "advertise":
+			l.Advertise = true
+		default:
+			return nil, fmt.Errorf("--link %q: unknown part %q (want name=, mac=, dhcp, address=, gateway4=, dns=, advertise)", spec, part)
+		}
+	}
+	return l, nil
+}
+
+// write checks c as a node would and writes it to --out.
+func (f *nodeFlags) write(stdout io.Writer, c *enrolmentpb.Config) error {
+	if _, err := enrolment.Check(c, time.Now()); err != nil {
+		return fmt.Errorf("the config would be refused: %w", err)
+	}
+	out, err := proto.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.out, out, 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", f.out)
+	return nil
+}
+
+type bootstrapFlags struct {
+	nodeFlags
+	cluster, owner string
+	noOwner        bool
 }
 
 func enrolmentBootstrapCommand() *cobra.Command {
@@ -46,35 +164,21 @@ override. The config is checked as a node would check it before it is
 written. Put it in a node with 'borough image enrol' or QEMU's --fw-cfg.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return writeBootstrap(cmd, f)
+			return writeBootstrap(cmd.OutOrStdout(), f)
 		},
 	}
-	c.Flags().StringVar(&f.from, "from", "", "prototext config to start from")
-	c.Flags().StringVar(&f.out, "out", "enrolment.pb", "file to write")
+	f.add(c)
 	c.Flags().StringVar(&f.cluster, "cluster", "", "cluster name (a-z, 0-9, '-')")
 	c.Flags().StringVar(&f.owner, "owner", "", "owner certificate, PEM (default: the one from `borough owner init`)")
 	c.Flags().BoolVar(&f.noOwner, "no-owner", false, "a cluster without an owner: only local clients")
-	c.Flags().StringVar(&f.policy, "storage-policy", "", "TPM use for the data volume: best-effort, required or disabled")
-	c.Flags().StringVar(&f.iface, "interface", "", "static network: the link to configure")
-	c.Flags().StringSliceVar(&f.addresses, "address", nil, "static network: address with prefix length, e.g. 192.0.2.10/24 (repeatable)")
-	c.Flags().StringVar(&f.gw4, "gateway4", "", "static network: IPv4 default gateway")
-	c.Flags().StringVar(&f.gw6, "gateway6", "", "static network: IPv6 default gateway")
-	c.Flags().StringSliceVar(&f.dns, "dns", nil, "static network: name server (repeatable)")
 	return c
 }
 
-func writeBootstrap(cmd *cobra.Command, f bootstrapFlags) error {
-	c := &enrolmentpb.Config{}
-	if f.from != "" {
-		b, err := os.ReadFile(f.from)
-		if err != nil {
-			return err
-		}
-		if err := prototext.Unmarshal(b, c); err != nil {
-			return fmt.Errorf("%s: %w", f.from, err)
-		}
+func writeBootstrap(stdout io.Writer, f bootstrapFlags) error {
+	c, err := f.start()
+	if err != nil {
+		return err
 	}
-	c.Version = enrolment.Version
 	b := c.GetBootstrap()
 	if b == nil {
 		b = &enrolmentpb.Bootstrap{}
@@ -93,30 +197,61 @@ func writeBootstrap(cmd *cobra.Command, f bootstrapFlags) error {
 		}
 		b.OwnerCertificate = cert.Raw
 	}
-	if f.policy != "" {
-		p, ok := policies[f.policy]
-		if !ok {
-			return fmt.Errorf("--storage-policy %q: want best-effort, required or disabled", f.policy)
-		}
-		c.StoragePolicy = p
+	if err := f.apply(c); err != nil {
+		return err
 	}
-	if len(f.addresses) > 0 {
-		c.Network = &enrolmentpb.Network{Config: &enrolmentpb.Network_Static{Static: &enrolmentpb.Static{
-			Interface: f.iface, Addresses: f.addresses, Gateway4: f.gw4, Gateway6: f.gw6, Dns: f.dns,
-		}}}
+	return f.write(stdout, c)
+}
+
+type joinFlags struct {
+	nodeFlags
+	ticket string
+}
+
+func enrolmentJoinCommand() *cobra.Command {
+	var f joinFlags
+	c := &cobra.Command{
+		Use:   "join",
+		Short: "Write an enrolment config that joins a cluster with a ticket",
+		Long: `join writes a binary enrolment config (--out) for a node that joins the
+cluster of --ticket (from 'borough cluster ticket'). The ticket's storage
+policy applies unless --storage-policy says otherwise; the network flags are
+bootstrap's. The node makes its own key: the config holds no private key,
+but its ticket admits one node, so keep it as you would a password until it
+is used or expires.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return writeJoin(cmd.OutOrStdout(), f)
+		},
 	}
-	if _, err := enrolment.Check(c, time.Now()); err != nil {
-		return fmt.Errorf("the config would be refused: %w", err)
-	}
-	out, err := proto.Marshal(c)
+	f.add(c)
+	c.Flags().StringVar(&f.ticket, "ticket", "", "the join ticket (required)")
+	c.MarkFlagRequired("ticket")
+	return c
+}
+
+func writeJoin(stdout io.Writer, f joinFlags) error {
+	b, err := os.ReadFile(f.ticket)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(f.out, out, 0o644); err != nil {
+	t, err := ticket.Parse(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.ticket, err)
+	}
+	if time.Now().Unix() >= t.GetExpires() {
+		return fmt.Errorf("%s expired at %s; mint another with 'borough cluster ticket'", f.ticket, time.Unix(t.GetExpires(), 0).Format(time.RFC3339))
+	}
+	c, err := f.start()
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", f.out)
-	return nil
+	c.Mode = &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: b}}
+	c.StoragePolicy = t.GetStoragePolicy()
+	if err := f.apply(c); err != nil {
+		return err
+	}
+	return f.write(stdout, c)
 }
 
 func enrolmentShowCommand() *cobra.Command {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -141,13 +141,11 @@ func ownerClient(node, fingerprint string) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(b)
-	return clientv3.New(clientv3.Config{
-		Endpoints:   []string{"https://" + node},
-		DialTimeout: 10 * time.Second,
-		TLS:         &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{kp}},
-	})
+	ca, err := pki.ParseCertPEM(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", caFile, err)
+	}
+	return admin.Connect([]string{node}, ca, kp)
 }
 
 func status(stdout io.Writer, node, fingerprint string) error {
@@ -166,14 +164,31 @@ func status(stdout io.Writer, node, fingerprint string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "cluster %x, etcd %s, leader %x, raft index %d, database %d bytes\n",
-		st.Header.ClusterId, st.Version, st.Leader, st.RaftIndex, st.DbSize)
+	leader := fmt.Sprintf("%x", st.Leader)
+	for _, m := range members.Members {
+		if m.ID == st.Leader {
+			leader = m.Name
+		}
+	}
+	health := "healthy"
+	if len(st.Errors) > 0 {
+		health = "unhealthy: " + strings.Join(st.Errors, "; ")
+	}
+	fmt.Fprintf(stdout, "cluster %x, etcd %s, leader %s, raft index %d, database %d bytes; %s is %s\n",
+		st.Header.ClusterId, st.Version, leader, st.RaftIndex, st.DbSize, node, health)
 	for _, m := range members.Members {
 		role := "voter"
 		if m.IsLearner {
 			role = "learner"
 		}
-		fmt.Fprintf(stdout, "member %x %s (%s) peers %s clients %s\n", m.ID, m.Name, role,
+		if m.ID == st.Leader {
+			role += ", leader"
+		}
+		name := m.Name
+		if name == "" {
+			name = "(not started)"
+		}
+		fmt.Fprintf(stdout, "member %x %s (%s) peers %s clients %s\n", m.ID, name, role,
 			strings.Join(m.PeerURLs, ","), strings.Join(m.ClientURLs, ","))
 	}
 	return nil

@@ -42,6 +42,7 @@ state live in --state (default IMAGE.vm/) and are kept across boots.`,
 	c.Flags().StringVar(&f.opts.FwCfg, "fw-cfg", "", "file exposed to the guest as fw_cfg "+fwcfg.Enrolment)
 	c.Flags().BoolVar(&f.opts.Network, "net", false, "attach a NIC on QEMU's user-mode network")
 	c.Flags().StringSliceVar(&f.forwards, "forward", nil, "forward HOSTPORT:GUESTPORT from 127.0.0.1 (repeatable)")
+	c.AddCommand(qemuClusterCommand())
 	return c
 }
 

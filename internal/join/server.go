@@ -28,7 +28,7 @@ import (
 )
 
 // Port is the join endpoint's TCP port on every member.
-const Port = 7834
+const Port = ticket.EndpointPort
 
 // Paths of the endpoint.
 const (

@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"regexp"
 	"time"
@@ -120,4 +121,25 @@ func VerifyPinned(chain []*x509.Certificate, fingerprint, host string) (*x509.Ce
 		return c, nil
 	}
 	return nil, fmt.Errorf("the server does not present the CA %s: it is not a member of that cluster, or the fingerprint is mistyped", fingerprint)
+}
+
+// ParseCRL parses a DER CRL and checks that ca signed it.
+func ParseCRL(der []byte, ca *x509.Certificate) (*x509.RevocationList, error) {
+	if err := CheckCRL(der, ca, nil); err != nil {
+		return nil, err
+	}
+	return x509.ParseRevocationList(der)
+}
+
+// Revoke returns the CRL that follows current with serial added (kept as
+// it is if already there), numbered one higher.
+func (ca *CA) Revoke(current *x509.RevocationList, serial *big.Int, now time.Time) ([]byte, error) {
+	revoked := []*big.Int{serial}
+	for _, e := range current.RevokedCertificateEntries {
+		if e.SerialNumber.Cmp(serial) != 0 {
+			revoked = append(revoked, e.SerialNumber)
+		}
+	}
+	number := new(big.Int).Add(current.Number, big.NewInt(1))
+	return ca.CRL(number.Int64(), revoked, now)
 }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/ticket"
+)
+
+type ticketFlags struct {
+	fingerprint, out, policy string
+	ttl                      time.Duration
+	learner                  bool
+}
+
+func clusterCommand() *cobra.Command {
+	c := &cobra.Command{Use: "cluster", Short: "Grow a cluster"}
+	var f ticketFlags
+	t := &cobra.Command{
+		Use:   "ticket NODE",
+		Short: "Mint a one-time join ticket as the owner of NODE's (HOST:PORT) cluster",
+		Long: `ticket asks the cluster, as its owner, to admit one more node: it writes a
+ticket (--out) that names the cluster, pins its CA and lists the members'
+join endpoints, with a random secret of which the cluster keeps only the
+hash. The ticket admits one node, once, until it expires (--ttl). Give it
+to 'borough enrolment join'.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return mintTicket(cmd.OutOrStdout(), args[0], f)
+		},
+	}
+	t.Flags().StringVar(&f.fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
+	t.Flags().StringVar(&f.out, "out", "ticket.pb", "file to write")
+	t.Flags().DurationVar(&f.ttl, "ttl", ticket.DefaultTTL, "how long the ticket admits a node")
+	t.Flags().BoolVar(&f.learner, "learner", false, "the node stays a learner: it holds the data but never votes")
+	t.Flags().StringVar(&f.policy, "storage-policy", "", "the joining node's TPM use: best-effort, required or disabled")
+	c.AddCommand(t)
+	return c
+}
+
+func mintTicket(stdout io.Writer, node string, f ticketFlags) error {
+	p := admin.TicketParams{TTL: f.ttl, Learner: f.learner}
+	if f.policy != "" {
+		var ok bool
+		if p.StoragePolicy, ok = policies[f.policy]; !ok {
+			return fmt.Errorf("--storage-policy %q: want best-effort, required or disabled", f.policy)
+		}
+	}
+	c, err := ownerClient(node, f.fingerprint)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t, err := admin.MintTicket(ctx, c, p)
+	if err != nil {
+		return fmt.Errorf("%s: %w", node, err)
+	}
+	b, err := proto.Marshal(t)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.out, b, 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s: joins cluster %s until %s, through %v\n", f.out, t.GetClusterName(),
+		time.Unix(t.GetExpires(), 0).Format(time.RFC3339), t.GetJoinEndpoints())
+	return nil
+}
+
+func nodeCommand() *cobra.Command {
+	c := &cobra.Command{Use: "node", Short: "Manage a cluster's nodes"}
+	var fingerprint string
+	rm := &cobra.Command{
+		Use:   "remove NODE NAME",
+		Short: "Remove node NAME from NODE's (HOST:PORT) cluster and revoke its certificate",
+		Long: `remove takes NAME out of etcd's membership and adds its certificate to the
+cluster's revocation list, which every member puts in force on its peer and
+client ports within seconds. A removed node that boots again stays down
+and says so. Removing is for good: the machine needs a new ticket (and a
+fresh disk) to join again.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return removeNode(cmd.OutOrStdout(), args[0], args[1], fingerprint)
+		},
+	}
+	rm.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
+	c.AddCommand(rm)
+	return c
+}
+
+func removeNode(stdout io.Writer, node, name, fingerprint string) error {
+	c, err := ownerClient(node, fingerprint)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := admin.RemoveNode(ctx, c, name)
+	if r.Serial != "" {
+		fmt.Fprintf(stdout, "revoked the certificate of %s (serial %s)\n", name, r.Serial)
+	}
+	if err != nil {
+		return err
+	}
+	if r.MemberID == 0 {
+		fmt.Fprintf(stdout, "%s was no longer an etcd member\n", name)
+		return nil
+	}
+	fmt.Fprintf(stdout, "removed member %s (%x)\n", name, r.MemberID)
+	return nil
+}

@@ -1,0 +1,205 @@
+// Package admin is what the owner does to a running cluster through its
+// client port, with the owner's certificate: mint join tickets, remove
+// nodes and revoke their certificates. The borough CLI and the QEMU cluster
+// launcher both use it.
+package admin
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"math/big"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+)
+
+// Connect reaches the cluster at endpoints ("host:port") as the owner,
+// trusting only the cluster CA ca.
+func Connect(endpoints []string, ca *x509.Certificate, owner tls.Certificate) (*clientv3.Client, error) {
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	var urls []string
+	for _, e := range endpoints {
+		urls = append(urls, "https://"+e)
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:   urls,
+		DialTimeout: 10 * time.Second,
+		TLS:         &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{owner}},
+	})
+}
+
+// TicketParams say what ticket to mint; the cluster supplies the rest.
+type TicketParams struct {
+	TTL           time.Duration
+	Learner       bool
+	StoragePolicy enrolmentpb.StoragePolicy
+}
+
+// MintTicket mints a join ticket and stores its record in the cluster.
+func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams) (*enrolmentpb.Ticket, error) {
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.Cluster), clientv3.OpGet(keyspace.CACert)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster: %w", err)
+	}
+	name, caPEM := firstValue(resp, 0), firstValue(resp, 1)
+	ca, err := pki.ParseCertPEM(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster CA in etcd: %w", err)
+	}
+	endpoints, err := joinEndpoints(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	t, rec, err := ticket.Mint(ticket.Params{
+		Cluster: string(name), CAFingerprint: pki.Fingerprint(ca), Endpoints: endpoints,
+		TTL: p.TTL, Learner: p.Learner, StoragePolicy: p.StoragePolicy,
+	}, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	key := ticket.Key(t.GetId())
+	put, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(b))).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("storing the ticket in the cluster: %w", err)
+	}
+	if !put.Succeeded {
+		return nil, fmt.Errorf("the cluster already has a ticket %x; try again", t.GetId())
+	}
+	return t, nil
+}
+
+func firstValue(resp *clientv3.TxnResponse, i int) []byte {
+	if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
+		return kvs[0].Value
+	}
+	return nil
+}
+
+// joinEndpoints lists the voters' join endpoints, from their peer URLs.
+func joinEndpoints(ctx context.Context, c *clientv3.Client) ([]string, error) {
+	list, err := c.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing members: %w", err)
+	}
+	var out []string
+	for _, m := range list.Members {
+		if m.IsLearner {
+			continue
+		}
+		for _, u := range m.PeerURLs {
+			pu, err := url.Parse(u)
+			if err != nil {
+				return nil, fmt.Errorf("member %s has peer URL %q: %w", m.Name, u, err)
+			}
+			out = append(out, net.JoinHostPort(pu.Hostname(), strconv.Itoa(ticket.EndpointPort)))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the cluster lists no voting member")
+	}
+	return out, nil
+}
+
+// Removal says what RemoveNode did.
+type Removal struct {
+	// Serial is the revoked certificate's serial, hex.
+	Serial string
+	// MemberID is the removed etcd member, 0 if it was no longer one.
+	MemberID uint64
+}
+
+// RemoveNode revokes node name's certificate, then removes it from etcd's
+// membership. Revoking comes first: a node that is no member but still
+// trusted is worse than a member whose certificate no longer works.
+func RemoveNode(ctx context.Context, c *clientv3.Client, name string) (Removal, error) {
+	rec, err := c.Get(ctx, keyspace.Nodes+name)
+	if err != nil {
+		return Removal{}, err
+	}
+	if len(rec.Kvs) == 0 {
+		return Removal{}, fmt.Errorf("the cluster has no node %s", name)
+	}
+	nr, err := keyspace.ParseNodeRecord(rec.Kvs[0].Value)
+	if err != nil {
+		return Removal{}, fmt.Errorf("the cluster's record of %s: %w", name, err)
+	}
+	if err := revoke(ctx, c, nr.Serial); err != nil {
+		return Removal{}, err
+	}
+	r := Removal{Serial: nr.Serial}
+	list, err := c.MemberList(ctx)
+	if err != nil {
+		return r, err
+	}
+	for _, m := range list.Members {
+		if m.Name != name {
+			continue
+		}
+		if _, err := c.MemberRemove(ctx, m.ID); err != nil {
+			return r, fmt.Errorf("removing member %s: %w", name, err)
+		}
+		r.MemberID = m.ID
+	}
+	return r, nil
+}
+
+// revoke adds serial (hex) to the cluster's CRL, signed with the CA's key
+// and numbered one higher, in a transaction that fails if the CRL changed
+// meanwhile.
+func revoke(ctx context.Context, c *clientv3.Client, serialHex string) error {
+	serial, ok := new(big.Int).SetString(serialHex, 16)
+	if !ok {
+		return fmt.Errorf("the node's serial %q is not hex", serialHex)
+	}
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.CACert), clientv3.OpGet(keyspace.CAKey), clientv3.OpGet(keyspace.CRL)).Commit()
+	if err != nil {
+		return err
+	}
+	caCert, err := pki.ParseCertPEM(firstValue(resp, 0))
+	if err != nil {
+		return fmt.Errorf("the cluster CA in etcd: %w", err)
+	}
+	caKey, err := pki.ParseKeyPEM(firstValue(resp, 1))
+	if err != nil {
+		return fmt.Errorf("the cluster CA key in etcd: %w", err)
+	}
+	crlKV := resp.Responses[2].GetResponseRange().Kvs
+	if len(crlKV) != 1 {
+		return fmt.Errorf("the cluster has no CRL")
+	}
+	current, err := pki.ParseCRL(crlKV[0].Value, caCert)
+	if err != nil {
+		return err
+	}
+	ca := &pki.CA{Cert: caCert, Key: caKey}
+	der, err := ca.Revoke(current, serial, time.Now())
+	if err != nil {
+		return err
+	}
+	put, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyspace.CRL), "=", crlKV[0].ModRevision)).
+		Then(clientv3.OpPut(keyspace.CRL, string(der))).Commit()
+	if err != nil {
+		return fmt.Errorf("storing the CRL: %w", err)
+	}
+	if !put.Succeeded {
+		return fmt.Errorf("the CRL changed while it was being updated; try again")
+	}
+	return nil
+}
