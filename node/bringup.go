@@ -49,6 +49,7 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage) ([]su
 	mgr.Configure(cluster.Config{
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
 		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot,
+		Pause: pauseHook(log, params, "join"),
 	})
 	return []supervisor.Service{
 		{Name: "network", Run: net.Run},
@@ -90,6 +91,6 @@ func mountData(log *slog.Logger, params cmdline.Params, st *storage.Storage, pol
 	return st.MountData(storage.Config{
 		TPM:    t,
 		Policy: policy,
-		Pause:  pauseHook(log, params),
+		Pause:  pauseHook(log, params, "storage"),
 	})
 }

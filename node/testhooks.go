@@ -91,16 +91,17 @@ func orphaner() {
 	fmt.Println(cmd.Process.Pid)
 }
 
-// pauseHook returns the storage Pause function for cmdline.TestPause: at
-// the named first-boot step it stops for good, for a test to kill the VM.
-func pauseHook(log *slog.Logger, params cmdline.Params) func(string) {
+// pauseHook returns a Pause function (of storage or cluster, named by
+// what) for cmdline.TestPause: at the named first-boot step it stops for
+// good, for a test to kill the VM.
+func pauseHook(log *slog.Logger, params cmdline.Params, what string) func(string) {
 	want, ok := params[cmdline.TestPause]
 	if !ok {
 		return nil
 	}
 	return func(step string) {
 		if step == want {
-			log.Info("test: paused after storage step " + step)
+			log.Info("test: paused after " + what + " step " + step)
 			select {}
 		}
 	}

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
 type ticketFlags struct {
@@ -53,14 +56,11 @@ func mintTicket(stdout io.Writer, node string, f ticketFlags) error {
 			return fmt.Errorf("--storage-policy %q: want best-effort, required or disabled", f.policy)
 		}
 	}
-	c, err := ownerClient(node, f.fingerprint)
-	if err != nil {
+	var t *enrolmentpb.Ticket
+	err := asOwner(node, f.fingerprint, func(ctx context.Context, c *clientv3.Client) (err error) {
+		t, err = admin.MintTicket(ctx, c, p)
 		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	t, err := admin.MintTicket(ctx, c, p)
+	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", node, err)
 	}
@@ -98,16 +98,13 @@ fresh disk) to join again.`,
 }
 
 func removeNode(stdout io.Writer, node, name, fingerprint string) error {
-	c, err := ownerClient(node, fingerprint)
-	if err != nil {
+	var r admin.Removal
+	err := asOwner(node, fingerprint, func(ctx context.Context, c *clientv3.Client) (err error) {
+		r, err = admin.RemoveNode(ctx, c, name)
 		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := admin.RemoveNode(ctx, c, name)
-	if r.Serial != "" {
-		fmt.Fprintf(stdout, "revoked the certificate of %s (serial %s)\n", name, r.Serial)
+	})
+	if len(r.Serials) > 0 {
+		fmt.Fprintf(stdout, "revoked the certificates of %s (serials %s)\n", name, strings.Join(r.Serials, ", "))
 	}
 	if err != nil {
 		return err

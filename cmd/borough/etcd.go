@@ -148,14 +148,26 @@ func ownerClient(node, fingerprint string) (*clientv3.Client, error) {
 	return admin.Connect([]string{node}, ca, kp)
 }
 
-func status(stdout io.Writer, node, fingerprint string) error {
+// asOwner runs fn with a client of node's cluster, as the owner, and a
+// context that ends after 30 s.
+func asOwner(node, fingerprint string, fn func(context.Context, *clientv3.Client) error) error {
 	c, err := ownerClient(node, fingerprint)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	return fn(ctx, c)
+}
+
+func status(stdout io.Writer, node, fingerprint string) error {
+	return asOwner(node, fingerprint, func(ctx context.Context, c *clientv3.Client) error {
+		return printStatus(ctx, stdout, c, node)
+	})
+}
+
+func printStatus(ctx context.Context, stdout io.Writer, c *clientv3.Client, node string) error {
 	st, err := c.Status(ctx, "https://"+node)
 	if err != nil {
 		return fmt.Errorf("asking %s for its status: %w", node, err)

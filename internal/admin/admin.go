@@ -16,6 +16,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/keyspace"
@@ -37,6 +38,9 @@ func Connect(endpoints []string, ca *x509.Certificate, owner tls.Certificate) (*
 		Endpoints:   urls,
 		DialTimeout: 10 * time.Second,
 		TLS:         &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{owner}},
+		// Failures come back as errors; the client's own retry log
+		// would only repeat them on stderr.
+		Logger: zap.NewNop(),
 	})
 }
 
@@ -119,8 +123,8 @@ func joinEndpoints(ctx context.Context, c *clientv3.Client) ([]string, error) {
 
 // Removal says what RemoveNode did.
 type Removal struct {
-	// Serial is the revoked certificate's serial, hex.
-	Serial string
+	// Serials are the revoked certificates' serials, hex.
+	Serials []string
 	// MemberID is the removed etcd member, 0 if it was no longer one.
 	MemberID uint64
 }
@@ -140,10 +144,10 @@ func RemoveNode(ctx context.Context, c *clientv3.Client, name string) (Removal, 
 	if err != nil {
 		return Removal{}, fmt.Errorf("the cluster's record of %s: %w", name, err)
 	}
-	if err := revoke(ctx, c, nr.Serial); err != nil {
+	if err := revoke(ctx, c, nr.Serials); err != nil {
 		return Removal{}, err
 	}
-	r := Removal{Serial: nr.Serial}
+	r := Removal{Serials: nr.Serials}
 	list, err := c.MemberList(ctx)
 	if err != nil {
 		return r, err
@@ -160,13 +164,17 @@ func RemoveNode(ctx context.Context, c *clientv3.Client, name string) (Removal, 
 	return r, nil
 }
 
-// revoke adds serial (hex) to the cluster's CRL, signed with the CA's key
+// revoke adds serials (hex) to the cluster's CRL, signed with the CA's key
 // and numbered one higher, in a transaction that fails if the CRL changed
 // meanwhile.
-func revoke(ctx context.Context, c *clientv3.Client, serialHex string) error {
-	serial, ok := new(big.Int).SetString(serialHex, 16)
-	if !ok {
-		return fmt.Errorf("the node's serial %q is not hex", serialHex)
+func revoke(ctx context.Context, c *clientv3.Client, serialsHex []string) error {
+	var serials []*big.Int
+	for _, h := range serialsHex {
+		s, ok := new(big.Int).SetString(h, 16)
+		if !ok {
+			return fmt.Errorf("the node's serial %q is not hex", h)
+		}
+		serials = append(serials, s)
 	}
 	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.CACert), clientv3.OpGet(keyspace.CAKey), clientv3.OpGet(keyspace.CRL)).Commit()
 	if err != nil {
@@ -189,7 +197,7 @@ func revoke(ctx context.Context, c *clientv3.Client, serialHex string) error {
 		return err
 	}
 	ca := &pki.CA{Cert: caCert, Key: caKey}
-	der, err := ca.Revoke(current, serial, time.Now())
+	der, err := ca.Revoke(current, serials, time.Now())
 	if err != nil {
 		return err
 	}

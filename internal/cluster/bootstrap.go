@@ -85,7 +85,7 @@ func (mg *Manager) storeCluster(ctx context.Context, c *clientv3.Client, cluster
 	if err != nil {
 		return err
 	}
-	rec, err := keyspace.NodeRecord{Serial: node.Cert.SerialNumber.Text(16)}.Marshal()
+	rec, err := keyspace.NodeRecord{Serials: []string{node.Cert.SerialNumber.Text(16)}}.Marshal()
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,7 @@ func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus
 	if err != nil {
 		return nil, nil, err
 	}
+	mg.pause(JoinRecorded)
 	csr, err := pki.NewCSR(rec.Node, mg.ips(), key)
 	if err != nil {
 		return nil, nil, err
@@ -79,6 +80,7 @@ func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus
 	if err := mg.writeJoinPKI(resp, key); err != nil {
 		return nil, nil, err
 	}
+	mg.pause(JoinAdmitted)
 	cfg := mg.consensusConfig(rec.Node, rec.Cluster, consensus.ModeJoin)
 	for _, m := range resp.GetMembers() {
 		cfg.Peers = append(cfg.Peers, consensus.Peer{Name: m.GetName(), PeerURLs: m.GetPeerUrls()})
@@ -88,6 +90,7 @@ func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus
 	if err != nil {
 		return nil, nil, err
 	}
+	mg.pause(JoinStarted)
 	if err := mg.member(rec, c); err != nil {
 		c.Close()
 		return nil, nil, err

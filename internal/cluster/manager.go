@@ -34,6 +34,22 @@ type Config struct {
 	IP netip.Addr
 	// ESPRoot and DataRoot are where the ESP and data volume are mounted.
 	ESPRoot, DataRoot string
+	// Pause, if set, is called after each step of a join (JoinRecorded,
+	// JoinAdmitted, JoinStarted), for crash tests.
+	Pause func(step string)
+}
+
+// Steps of a join, for Config.Pause.
+const (
+	JoinRecorded = "join-recorded"
+	JoinAdmitted = "join-admitted"
+	JoinStarted  = "join-started"
+)
+
+func (mg *Manager) pause(step string) {
+	if mg.cfg.Pause != nil {
+		mg.cfg.Pause(step)
+	}
 }
 
 // Manager is the cluster manager; it owns the node's state.

@@ -20,8 +20,8 @@ const (
 	// TestOrphan makes init start a process that leaves an orphaned
 	// grandchild behind, and report whether PID 1 reaped it.
 	TestOrphan = "borough.test.orphan"
-	// TestPause makes first boot stop for good after the storage step
-	// named by its value, so that a test can crash the machine there.
+	// TestPause makes first boot stop for good after the storage or join
+	// step named by its value, so that a test can crash the machine there.
 	TestPause = "borough.test.pause"
 	// TestMarker makes init report /data/marker's contents after
 	// mounting /data and, if the file is missing and the parameter has a

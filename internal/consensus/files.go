@@ -1,17 +1,13 @@
 package consensus
 
 import (
-	"context"
 	"crypto"
 	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/borough-os/borough/internal/atomicfile"
-	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -64,18 +60,6 @@ func (f Files) Write(b Bundle) error {
 		if err := atomicfile.Write(file.path, file.data, 0o600); err != nil {
 			return fmt.Errorf("writing %s: %w", file.path, err)
 		}
-	}
-	return nil
-}
-
-// PutNode records a node in etcd, at keyspace.Nodes + name.
-func PutNode(ctx context.Context, c *clientv3.Client, name string, r keyspace.NodeRecord) error {
-	b, err := r.Marshal()
-	if err != nil {
-		return err
-	}
-	if _, err := c.Put(ctx, keyspace.Nodes+name, string(b)); err != nil {
-		return fmt.Errorf("recording node %s in etcd: %w", name, err)
 	}
 	return nil
 }

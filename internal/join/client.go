@@ -23,7 +23,7 @@ import (
 // Check asks the cluster whether the ticket would admit a fresh node,
 // without using it up. It returns a *Refusal if the cluster says no.
 func Check(ctx context.Context, t *enrolmentpb.Ticket) error {
-	_, err := call(ctx, t, pathCheck, &joinpb.JoinRequest{TicketId: t.GetId(), Secret: t.GetSecret()})
+	_, err := call(ctx, t, pathCheck, &joinpb.JoinRequest{TicketId: t.GetId(), Secret: t.GetSecret(), ClusterName: t.GetClusterName()})
 	return err
 }
 
@@ -31,7 +31,9 @@ func Check(ctx context.Context, t *enrolmentpb.Ticket) error {
 // csr, and checks the answer against the ticket: the CA is the pinned
 // one, and the certificate is for csr's key and issued by that CA.
 func Join(ctx context.Context, t *enrolmentpb.Ticket, csr []byte) (*joinpb.JoinResponse, error) {
-	resp, err := call(ctx, t, pathJoin, &joinpb.JoinRequest{TicketId: t.GetId(), Secret: t.GetSecret(), Csr: csr})
+	resp, err := call(ctx, t, pathJoin, &joinpb.JoinRequest{
+		TicketId: t.GetId(), Secret: t.GetSecret(), Csr: csr, ClusterName: t.GetClusterName(),
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -124,28 +124,41 @@ func (s *Server) handle(fn func(context.Context, *joinpb.JoinRequest) (proto.Mes
 	}
 }
 
-// record reads a ticket's record and its revision (0 if there is none).
-func (s *Server) record(ctx context.Context, id []byte) (*joinpb.TicketRecord, int64, error) {
-	if len(id) == 0 {
+// record reads the record of the request's ticket and its revision (0 if
+// there is none), once it has checked that the request is for this
+// cluster.
+func (s *Server) record(ctx context.Context, req *joinpb.JoinRequest) (*joinpb.TicketRecord, int64, error) {
+	if len(req.GetTicketId()) == 0 {
 		return nil, 0, refuse("the request names no ticket")
 	}
-	resp, err := s.Client.Get(ctx, ticket.Key(id))
+	resp, err := s.Client.Txn(ctx).Then(clientv3.OpGet(keyspace.Cluster), clientv3.OpGet(ticket.Key(req.GetTicketId()))).Commit()
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the ticket: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
+	if name := string(firstValue(resp, 0)); name != req.GetClusterName() {
+		return nil, 0, refuse("this is cluster %s, the ticket is for cluster %q", name, req.GetClusterName())
+	}
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) == 0 {
 		return nil, 0, nil
 	}
 	var rec joinpb.TicketRecord
-	if err := proto.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+	if err := proto.Unmarshal(kvs[0].Value, &rec); err != nil {
 		return nil, 0, fmt.Errorf("the cluster's record of the ticket is damaged: %w", err)
 	}
-	return &rec, resp.Kvs[0].ModRevision, nil
+	return &rec, kvs[0].ModRevision, nil
+}
+
+func firstValue(resp *clientv3.TxnResponse, i int) []byte {
+	if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
+		return kvs[0].Value
+	}
+	return nil
 }
 
 // check says whether a fresh node may use the ticket, without claiming it.
 func (s *Server) check(ctx context.Context, req *joinpb.JoinRequest) (proto.Message, error) {
-	rec, _, err := s.record(ctx, req.GetTicketId())
+	rec, _, err := s.record(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +192,7 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 	if err != nil {
 		return nil, err
 	}
-	if err := consensus.PutNode(ctx, s.Client, name, keyspace.NodeRecord{Serial: cert.SerialNumber.Text(16), Learner: rec.GetLearnerForGood()}); err != nil {
+	if err := s.recordNode(ctx, name, cert.SerialNumber.Text(16), rec.GetLearnerForGood()); err != nil {
 		return nil, err
 	}
 	resp, err := s.answer(ctx, ca)
@@ -208,7 +221,7 @@ func (s *Server) claim(ctx context.Context, req *joinpb.JoinRequest, csr *x509.C
 	if !advertised(csr).IsValid() {
 		return nil, refuse("the certificate request has no address other members can reach")
 	}
-	rec, rev, err := s.record(ctx, req.GetTicketId())
+	rec, rev, err := s.record(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -255,18 +268,11 @@ func (s *Server) ca(ctx context.Context) (*pki.CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster CA: %w", err)
 	}
-	var certPEM, keyPEM []byte
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		certPEM = kvs[0].Value
-	}
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
-		keyPEM = kvs[0].Value
-	}
-	cert, err := pki.ParseCertPEM(certPEM)
+	cert, err := pki.ParseCertPEM(firstValue(resp, 0))
 	if err != nil {
 		return nil, fmt.Errorf("the cluster CA certificate in etcd: %w", err)
 	}
-	key, err := pki.ParseKeyPEM(keyPEM)
+	key, err := pki.ParseKeyPEM(firstValue(resp, 1))
 	if err != nil {
 		return nil, fmt.Errorf("the cluster CA key in etcd: %w", err)
 	}
@@ -301,6 +307,38 @@ func (s *Server) addLearner(ctx context.Context, name, peerURL string) (uint64, 
 	return 0, fmt.Errorf("etcd says %s is taken, but no member has it", peerURL)
 }
 
+// recordNode adds a certificate's serial to the node's record, creating
+// the record on the node's first try.
+func (s *Server) recordNode(ctx context.Context, name, serial string, learner bool) error {
+	resp, err := s.Client.Get(ctx, keyspace.Nodes+name)
+	if err != nil {
+		return fmt.Errorf("reading the record of node %s: %w", name, err)
+	}
+	r := keyspace.NodeRecord{Learner: learner}
+	rev := int64(0)
+	if len(resp.Kvs) == 1 {
+		if r, err = keyspace.ParseNodeRecord(resp.Kvs[0].Value); err != nil {
+			return fmt.Errorf("the record of node %s: %w", name, err)
+		}
+		rev = resp.Kvs[0].ModRevision
+	}
+	r.Serials = append(r.Serials, serial)
+	b, err := r.Marshal()
+	if err != nil {
+		return err
+	}
+	key := keyspace.Nodes + name
+	txn, err := s.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, string(b))).Commit()
+	if err != nil {
+		return fmt.Errorf("recording node %s: %w", name, err)
+	}
+	if !txn.Succeeded {
+		return fmt.Errorf("the record of node %s changed meanwhile; ask again", name)
+	}
+	return nil
+}
+
 // answer collects what a joining node needs to know of the cluster.
 func (s *Server) answer(ctx context.Context, ca *pki.CA) (*joinpb.JoinResponse, error) {
 	resp, err := s.Client.Txn(ctx).Then(
@@ -309,14 +347,8 @@ func (s *Server) answer(ctx context.Context, ca *pki.CA) (*joinpb.JoinResponse, 
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster's state: %w", err)
 	}
-	value := func(i int) []byte {
-		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
-			return kvs[0].Value
-		}
-		return nil
-	}
-	out := &joinpb.JoinResponse{CaCertificate: ca.Cert.Raw, Crl: value(0), ClusterName: string(value(2))}
-	if b := value(1); b != nil {
+	out := &joinpb.JoinResponse{CaCertificate: ca.Cert.Raw, Crl: firstValue(resp, 0), ClusterName: string(firstValue(resp, 2))}
+	if b := firstValue(resp, 1); b != nil {
 		owner, err := pki.ParseCertPEM(b)
 		if err != nil {
 			return nil, fmt.Errorf("the owner certificate in etcd: %w", err)

@@ -33,8 +33,10 @@ const (
 // NodeRecord is what the cluster keeps of each node, as JSON at Nodes +
 // the node's name: enough to revoke its certificate and to know its role.
 type NodeRecord struct {
-	// Serial is the node certificate's serial number, in hex.
-	Serial string `json:"serial"`
+	// Serials are the serial numbers, in hex, of every certificate the
+	// cluster issued to the node (a join that is asked again issues
+	// another): removing the node revokes them all.
+	Serials []string `json:"serials"`
 	// Learner says the node joined as a learner for good.
 	Learner bool `json:"learner,omitempty"`
 }

@@ -131,12 +131,17 @@ func ParseCRL(der []byte, ca *x509.Certificate) (*x509.RevocationList, error) {
 	return x509.ParseRevocationList(der)
 }
 
-// Revoke returns the CRL that follows current with serial added (kept as
-// it is if already there), numbered one higher.
-func (ca *CA) Revoke(current *x509.RevocationList, serial *big.Int, now time.Time) ([]byte, error) {
-	revoked := []*big.Int{serial}
+// Revoke returns the CRL that follows current with serials added (each
+// kept once), numbered one higher.
+func (ca *CA) Revoke(current *x509.RevocationList, serials []*big.Int, now time.Time) ([]byte, error) {
+	seen := map[string]bool{}
+	var revoked []*big.Int
+	for _, s := range serials {
+		seen[s.String()] = true
+		revoked = append(revoked, s)
+	}
 	for _, e := range current.RevokedCertificateEntries {
-		if e.SerialNumber.Cmp(serial) != 0 {
+		if !seen[e.SerialNumber.String()] {
 			revoked = append(revoked, e.SerialNumber)
 		}
 	}

@@ -1,7 +1,11 @@
 package pki
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -40,6 +44,93 @@ func TestVerifyPinned(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("VerifyPinned = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestSignCSR(t *testing.T) {
+	now := time.Now()
+	ca, _ := NewCA("prod", now)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ip := []net.IP{net.IPv4(10, 77, 0, 2)}
+	for _, tc := range []struct {
+		name, node string
+		ips        []net.IP
+		mangle     bool
+		want       string
+	}{
+		{"good", "node-0a1b2c3d", ip, false, ""},
+		{"bad name", "etcd-admin", ip, false, "not a node name"},
+		{"no address", "node-0a1b2c3d", nil, false, "no IP address"},
+		{"bad signature", "node-0a1b2c3d", ip, true, "signature"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			der, err := NewCSR(tc.node, tc.ips, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.mangle {
+				der[len(der)-3] ^= 0xff
+			}
+			cert, err := ca.SignCSR(der, now)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("SignCSR = %v, want an error containing %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cert.Subject.CommonName != tc.node || !cert.IPAddresses[0].Equal(ip[0]) || cert.CheckSignatureFrom(ca.Cert) != nil {
+				t.Errorf("certificate %v for %v, want %s at %v signed by the CA", cert.Subject, cert.IPAddresses, tc.node, ip)
+			}
+		})
+	}
+}
+
+func TestCRLs(t *testing.T) {
+	now := time.Now()
+	ca, _ := NewCA("prod", now)
+	other, _ := NewCA("prod", now)
+	first, _ := ca.CRL(1, nil, now)
+	current, err := ParseCRL(first, ca.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serials := []*big.Int{big.NewInt(7), big.NewInt(9)}
+	next, err := ca.Revoke(current, serials, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, _ := ParseCRL(next, ca.Cert)
+	if parsed.Number.Int64() != 2 || len(parsed.RevokedCertificateEntries) != 2 {
+		t.Errorf("revoked CRL: number %v, %d entries; want 2, 2", parsed.Number, len(parsed.RevokedCertificateEntries))
+	}
+	again, _ := ca.Revoke(parsed, serials[:1], now)
+	if p, _ := ParseCRL(again, ca.Cert); len(p.RevokedCertificateEntries) != 2 {
+		t.Errorf("revoking a serial twice listed it twice")
+	}
+	forged, _ := other.CRL(5, nil, now)
+	sameNumber, _ := ca.CRL(2, []*big.Int{big.NewInt(1)}, now)
+	for _, tc := range []struct {
+		name    string
+		der     []byte
+		current *x509.RevocationList
+		want    string
+	}{
+		{"newer", next, current, ""},
+		{"the one in force", next, parsed, ""},
+		{"garbage", []byte("garbage"), current, "not a DER revocation list"},
+		{"another CA", forged, current, "does not verify"},
+		{"older", first, parsed, "older than the one in force"},
+		{"same number, other content", sameNumber, parsed, "differs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckCRL(tc.der, ca.Cert, tc.current)
+			if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("CheckCRL = %v, want %q", err, tc.want)
 			}
 		})
 	}

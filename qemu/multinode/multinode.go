@@ -100,9 +100,14 @@ type Node struct {
 	Index int
 	Name  string
 	VM    *qemu.VM
-	// ClientPort is the host's forwarded port to the node's client port.
-	ClientPort int
+	// ClientPort and PeerPort are the host's forwarded ports to the
+	// node's client and peer ports.
+	ClientPort, PeerPort int
 	LAN        netip.Addr
+	// TestParams are passed to the node's next boots (qemu.Options).
+	TestParams string
+	// RunningAt is the time from QEMU's start to `node running`.
+	RunningAt time.Duration
 	opts       qemu.Options
 }
 
@@ -197,13 +202,18 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 			return nil, err
 		}
 	}
-	n := &Node{Index: i, ClientPort: port, LAN: netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)})}
+	peer, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Index: i, ClientPort: port, PeerPort: peer, LAN: netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)})}
 	n.opts = qemu.Options{
 		Image: disk, StateDir: filepath.Join(dir, "vm"), TPM: c.opts.TPM, MemoryMiB: c.opts.MemoryMiB,
-		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}},
+		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: peer, Guest: 2380}},
 		LAN:        &qemu.LAN{Hub: c.Hub.Path(), MAC: fmt.Sprintf("52:54:00:77:00:%02x", i+1)},
-		TestParams: c.opts.TestParams, Logf: c.nodeLogf(i),
+		Logf: c.nodeLogf(i),
 	}
+	n.TestParams = c.opts.TestParams
 	if c.opts.Console != nil {
 		n.opts.Console = c.opts.Console(i)
 	}
@@ -238,41 +248,94 @@ func (c *Cluster) create(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := c.AwaitVoters(ctx); err != nil {
+		return err
+	}
 	return c.save()
+}
+
+// AwaitVoters waits until every member of the cluster is a voter: the
+// last learner is promoted a moment after it says it runs.
+func (c *Cluster) AwaitVoters(ctx context.Context) error {
+	cl, err := c.Client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, RunTimeout)
+	defer cancel()
+	for {
+		list, err := cl.MemberList(ctx)
+		if err == nil {
+			learners := 0
+			for _, m := range list.Members {
+				if m.IsLearner || m.Name == "" {
+					learners++
+				}
+			}
+			if learners == 0 {
+				c.opts.Logf("all %d members vote", len(list.Members))
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for every member to vote: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// AddNode lays out one more node, not yet booted.
+func (c *Cluster) AddNode() (*Node, error) {
+	n, err := c.prepare(len(c.Nodes))
+	if err != nil {
+		return nil, err
+	}
+	c.Nodes = append(c.Nodes, n)
+	return n, nil
 }
 
 // Join mints a ticket and boots n with a join config, waiting until it
 // runs.
 func (c *Cluster) Join(ctx context.Context, n *Node, p admin.TicketParams) error {
-	cfg, err := c.JoinConfig(ctx, n, p)
+	t, err := c.Ticket(ctx, p)
+	if err != nil {
+		return fmt.Errorf("minting a ticket for node %d: %w", n.Index+1, err)
+	}
+	b, err := proto.Marshal(t)
+	if err != nil {
+		return err
+	}
+	cfg, err := c.JoinConfig(n, b)
 	if err != nil {
 		return err
 	}
 	return c.boot(ctx, n, cfg)
 }
 
-// JoinConfig mints a ticket and writes n's join config, returning its
-// path.
-func (c *Cluster) JoinConfig(ctx context.Context, n *Node, p admin.TicketParams) (string, error) {
+// Ticket mints a join ticket as the owner.
+func (c *Cluster) Ticket(ctx context.Context, p admin.TicketParams) (*enrolmentpb.Ticket, error) {
 	cl, err := c.Client()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer cl.Close()
-	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	t, err := admin.MintTicket(tctx, cl, p)
-	if err != nil {
-		return "", fmt.Errorf("minting a ticket for node %d: %w", n.Index+1, err)
-	}
-	b, err := proto.Marshal(t)
-	if err != nil {
-		return "", err
-	}
-	cfg := &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: b}},
+	return admin.MintTicket(ctx, cl, p)
+}
+
+// JoinConfig writes n's join config with the ticket bytes given (valid
+// or not: tests give bad ones), returning its path.
+func (c *Cluster) JoinConfig(n *Node, ticket []byte) (string, error) {
+	cfg := &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: ticket}},
 		Network: c.network(n)}
 	return c.writeConfig(n, cfg)
 }
+
+// Disk is n's disk image.
+func (n *Node) Disk() string { return n.opts.Image }
 
 func (c *Cluster) bootstrapConfig(n *Node) (string, error) {
 	b, err := os.ReadFile(c.opts.OwnerCert)
@@ -318,7 +381,7 @@ func (c *Cluster) boot(ctx context.Context, n *Node, cfg string) error {
 
 // Start boots n's VM with the enrolment config at cfg, without waiting.
 func (c *Cluster) Start(ctx context.Context, n *Node, cfg string) error {
-	n.opts.FwCfg = cfg
+	n.opts.FwCfg, n.opts.TestParams = cfg, n.TestParams
 	vm, err := qemu.Start(ctx, n.opts)
 	if err != nil {
 		return fmt.Errorf("node %d: %w", n.Index+1, err)
@@ -329,9 +392,11 @@ func (c *Cluster) Start(ctx context.Context, n *Node, cfg string) error {
 
 // WaitRunning waits until n says `node running` and learns its name.
 func (c *Cluster) WaitRunning(n *Node) error {
-	if _, err := n.VM.WaitFor(Running, RunTimeout); err != nil {
+	at, err := n.VM.WaitFor(Running, RunTimeout)
+	if err != nil {
 		return fmt.Errorf("node %d: %w", n.Index+1, err)
 	}
+	n.RunningAt = at
 	// The rest of the line may still be on its way.
 	re := regexp.MustCompile(Running + ` cluster=\S+ member=(node-[0-9a-f]{8})`)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {

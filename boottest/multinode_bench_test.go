@@ -1,0 +1,195 @@
+//go:build boot
+
+package boottest
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/qemu/multinode"
+)
+
+// BenchmarkMultiNode measures, in one run: QEMU start to `node running`
+// for the bootstrapping node; for a node joining a three-voter cluster,
+// QEMU start to voter (target: at most 5 s more than the bootstrapping
+// node); put latency through one node with one and with three voters;
+// seconds from the leader's power cut until writes are accepted again
+// (target: 3 s); and each node's idle resident memory.
+func BenchmarkMultiNode(b *testing.B) {
+	config := b.TempDir()
+	cli(b, "--config", config, "owner", "init")
+	ctx := context.Background()
+	c, err := multinode.Launch(ctx, multinode.Options{
+		Nodes: 1, Image: nodeImage(b), StateDir: b.TempDir(), Cluster: "bench",
+		OwnerCert: filepath.Join(config, "owner.pem"), OwnerKey: filepath.Join(config, "owner-key.pem"),
+		TestParams: cmdline.TestMemory + "=5",
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Kill()
+	first := c.Nodes[0]
+	p1 := putLatency(b, c, first)
+	for range 2 {
+		n, err := c.AddNode()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Join(ctx, n, admin.TicketParams{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := c.AwaitVoters(ctx); err != nil {
+		b.Fatal(err)
+	}
+	p3 := putLatency(b, c, first)
+	joiner, err := c.AddNode()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Join(ctx, joiner, admin.TicketParams{}); err != nil {
+		b.Fatal(err)
+	}
+	toVoter := voterAt(b, c, joiner)
+	rss := idleRSS(b, c)
+	recovery := leaderCut(b, c)
+
+	b.ReportMetric(first.RunningAt.Seconds(), "s-bootstrap-to-running")
+	b.ReportMetric(toVoter.Seconds(), "s-join-to-voter")
+	b.ReportMetric((toVoter - first.RunningAt).Seconds(), "s-join-over-bootstrap")
+	b.ReportMetric(p1[0], "ms-put-p50-1node")
+	b.ReportMetric(p1[1], "ms-put-p99-1node")
+	b.ReportMetric(p3[0], "ms-put-p50-3nodes")
+	b.ReportMetric(p3[1], "ms-put-p99-3nodes")
+	b.ReportMetric(recovery.Seconds(), "s-leader-cut-to-writes")
+	b.ReportMetric(slices.Max(rss), "MiB-max-node-rss")
+	b.Logf("QEMU start to node running: bootstrap %.1f s; QEMU start to voter, joining a 3-voter cluster: %.1f s (%.1f s more; target 5 s)",
+		first.RunningAt.Seconds(), toVoter.Seconds(), (toVoter - first.RunningAt).Seconds())
+	b.Logf("put through node 1, p50/p99: 1 voter %.1f/%.1f ms, 3 voters %.1f/%.1f ms", p1[0], p1[1], p3[0], p3[1])
+	b.Logf("leader power cut to writes accepted again: %.2f s (target 3 s); idle node RSS MiB: %v", recovery.Seconds(), rss)
+}
+
+// putLatency returns the p50 and p99 of putRuns puts through n, in ms.
+func putLatency(b *testing.B, c *multinode.Cluster, n *multinode.Node) [2]float64 {
+	cl, err := c.Client()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	cl.SetEndpoints("https://" + n.Endpoint())
+	var lat []float64
+	for i := range putRuns {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := time.Now()
+		_, err := cl.Put(ctx, "bench", fmt.Sprint(i))
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start).Seconds()*1000)
+	}
+	slices.Sort(lat)
+	return [2]float64{lat[len(lat)/2], lat[len(lat)*99/100]}
+}
+
+// voterAt returns the time from n's QEMU start until the cluster lists it
+// as a voter.
+func voterAt(b *testing.B, c *multinode.Cluster, n *multinode.Node) time.Duration {
+	cl, err := c.Client()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		list, err := cl.MemberList(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, m := range list.Members {
+			if m.Name == n.Name && !m.IsLearner {
+				return n.VM.Since()
+			}
+		}
+	}
+	b.Fatalf("%s did not become a voter", n.Name)
+	return 0
+}
+
+// idleRSS returns each node's last reported node-process RSS, in MiB.
+func idleRSS(b *testing.B, c *multinode.Cluster) []float64 {
+	re := regexp.MustCompile(`test: memory node_rss_kib=(\d+)`)
+	var out []float64
+	for _, n := range c.Nodes {
+		if _, err := n.VM.WaitFor("borough: memory: test: memory", stepTimeout); err != nil {
+			b.Fatal(err)
+		}
+		m := re.FindAllStringSubmatch(n.VM.Console(), -1)
+		kib, _ := strconv.Atoi(m[len(m)-1][1])
+		out = append(out, float64(kib)/1024)
+	}
+	return out
+}
+
+// leaderCut kills the leader under a steady stream of puts through the
+// other nodes and returns the time from the kill to the first put
+// accepted after it.
+func leaderCut(b *testing.B, c *multinode.Cluster) time.Duration {
+	cl, err := c.Client()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := cl.Status(ctx, c.Nodes[0].Endpoint())
+	if err != nil {
+		b.Fatal(err)
+	}
+	list, err := cl.MemberList(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var leader *multinode.Node
+	var others []string
+	for _, n := range c.Nodes {
+		isLeader := false
+		for _, m := range list.Members {
+			isLeader = isLeader || (m.ID == st.Leader && m.Name == n.Name)
+		}
+		if isLeader {
+			leader = n
+		} else {
+			others = append(others, "https://"+n.Endpoint())
+		}
+	}
+	if leader == nil {
+		b.Fatal("no leader")
+	}
+	cl.SetEndpoints(others...)
+	b.Logf("cutting the power of the leader %s; writing through %s", leader.Name, strings.Join(others, ","))
+	leader.VM.Kill()
+	cut := time.Now()
+	for time.Since(cut) < 2*time.Minute {
+		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cl.Put(pctx, "after-cut", "v", clientv3.WithPrevKV())
+		pcancel()
+		if err == nil {
+			return time.Since(cut)
+		}
+	}
+	b.Fatal("writes were not accepted within 2 minutes of the leader's power cut")
+	return 0
+}

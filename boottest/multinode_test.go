@@ -1,0 +1,503 @@
+//go:build boot
+
+package boottest
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+	"github.com/borough-os/borough/qemu/multinode"
+)
+
+// TestMultiNode boots one three-node cluster from tickets (`borough qemu
+// cluster`'s launcher) and runs every multi-node case on it, in order:
+// the cluster is expensive, the cases are not.
+func TestMultiNode(t *testing.T) {
+	config := owner(t)
+	ctx := context.Background()
+	c, err := multinode.Launch(ctx, multinode.Options{
+		Nodes: 3, Image: nodeImage(t), StateDir: t.TempDir(), Cluster: "multi",
+		OwnerCert: filepath.Join(config, "owner.pem"), OwnerKey: filepath.Join(config, "owner-key.pem"),
+		Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range c.Nodes {
+				if n.VM != nil {
+					t.Logf("node%d (%s) console tail:\n%s", n.Index+1, n.Name, n.VM.Tail(30))
+				}
+			}
+		}
+		c.Kill()
+	})
+	m := &multi{t: t, c: c, config: config}
+	t.Run("three voters", m.threeVoters)
+	t.Run("bad tickets", m.badTickets)
+	t.Run("leader power cut under writes", m.powerCut)
+	t.Run("crash while joining", m.crashWhileJoining)
+	t.Run("revocation", m.revocation)
+}
+
+// multi is the shared cluster of TestMultiNode.
+type multi struct {
+	t      *testing.T
+	c      *multinode.Cluster
+	config string
+}
+
+func (m *multi) owner(t *testing.T) tls.Certificate {
+	kp, err := tls.LoadX509KeyPair(filepath.Join(m.config, "owner.pem"), filepath.Join(m.config, "owner-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// client connects as the owner through the given nodes only.
+func (m *multi) client(t *testing.T, nodes ...*multinode.Node) *clientv3.Client {
+	t.Helper()
+	var eps []string
+	for _, n := range nodes {
+		eps = append(eps, n.Endpoint())
+	}
+	cl, err := admin.Connect(eps, m.c.CA, m.owner(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+func timeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// voters returns the names of the cluster's voters, failing on learners
+// unless allowed.
+func (m *multi) members(t *testing.T) (voters, learners []string) {
+	t.Helper()
+	list, err := m.client(t, m.c.Nodes[0]).MemberList(timeout(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mb := range list.Members {
+		if mb.IsLearner {
+			learners = append(learners, mb.Name)
+		} else {
+			voters = append(voters, mb.Name)
+		}
+	}
+	return voters, learners
+}
+
+func (m *multi) threeVoters(t *testing.T) {
+	voters, learners := m.members(t)
+	if len(voters) != 3 || len(learners) != 0 {
+		t.Fatalf("members: voters %v, learners %v; want three voters", voters, learners)
+	}
+	for _, n := range m.c.Nodes {
+		if !strings.Contains(strings.Join(voters, " "), n.Name) {
+			t.Errorf("node%d (%s) is not a voter: %v", n.Index+1, n.Name, voters)
+		}
+	}
+	ctx := timeout(t, time.Minute)
+	if _, err := m.client(t, m.c.Nodes[0]).Put(ctx, "greeting", "put on node 1"); err != nil {
+		t.Fatalf("put on node 1: %v", err)
+	}
+	get, err := m.client(t, m.c.Nodes[2]).Get(ctx, "greeting")
+	if err != nil || len(get.Kvs) != 1 || string(get.Kvs[0].Value) != "put on node 1" {
+		t.Fatalf("get on node 3 = %v, %v", get, err)
+	}
+	status := cli(t, "--config", m.config, "status", m.c.Nodes[1].Endpoint(), "--fingerprint", m.c.Fingerprint)
+	if strings.Count(status, "(voter") != 3 || !strings.Contains(status, "leader") {
+		t.Errorf("borough status printed:\n%s", status)
+	}
+}
+
+// badTickets boots a fresh node with tickets the cluster must refuse:
+// each time the node fails with the reason, and its data partition is
+// untouched.
+func (m *multi) badTickets(t *testing.T) {
+	n, err := m.c.AddNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	fresh := func(p admin.TicketParams) *enrolmentpb.Ticket {
+		tk, err := m.c.Ticket(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	expired := fresh(admin.TicketParams{TTL: time.Second})
+	forged := fresh(admin.TicketParams{})
+	forged.Secret[0] ^= 1
+	unknown := fresh(admin.TicketParams{})
+	unknown.Id[0] ^= 1
+	otherCA := fresh(admin.TicketParams{})
+	otherCA.CaFingerprint = "sha256:" + strings.Repeat("0", 64)
+	other := fresh(admin.TicketParams{})
+	other.ClusterName = "another"
+	used := m.usedTicket(t)
+	time.Sleep(2 * time.Second) // expired expires
+	before := dataHash(t, n.Disk())
+	for _, tc := range []struct {
+		name   string
+		ticket []byte
+		reason string
+	}{
+		{"garbage", []byte("not a ticket at all"), "field join.ticket: not a ticket"},
+		{"forged secret", marshal(t, forged), "secret is wrong"},
+		{"unknown ticket", marshal(t, unknown), "has no such ticket"},
+		{"for another cluster", marshal(t, other), `the ticket is for cluster "another"`},
+		{"expired", marshal(t, expired), "ticket has expired"},
+		{"used by another node", used, "already used by another node"},
+		{"endpoint of another CA", marshal(t, otherCA), "does not present the CA"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := m.c.JoinConfig(n, tc.ticket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.c.Start(ctx, n, cfg); err != nil {
+				t.Fatal(err)
+			}
+			defer n.VM.Kill()
+			expect(t, n.VM, bootTimeout, "borough: node failed: ")
+			expect(t, n.VM, stepTimeout, tc.reason)
+			n.VM.Kill()
+			if strings.Contains(n.VM.Console(), "data volume") {
+				t.Error("the node touched its data volume")
+			}
+			if dataHash(t, n.Disk()) != before {
+				t.Fatal("the data partition changed")
+			}
+		})
+	}
+	// The refusals burned nothing: the ticket whose endpoint check failed
+	// still admits a node (checked without using it).
+	otherCA.CaFingerprint = m.c.Fingerprint
+	rec, err := m.client(t, m.c.Nodes[0]).Get(timeout(t, 30*time.Second), ticket.Key(otherCA.GetId()))
+	if err != nil || len(rec.Kvs) != 1 || strings.Contains(string(rec.Kvs[0].Value), "node-") {
+		t.Errorf("the ticket refused for its CA was used: %v, %v", rec, err)
+	}
+}
+
+// usedTicket is the ticket node 2 joined with, from its config.
+func (m *multi) usedTicket(t *testing.T) []byte {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(m.c.Nodes[1].Disk()), "enrolment.pb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg enrolmentpb.Config
+	if err := proto.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg.GetJoin().GetTicket()
+}
+
+func marshal(t *testing.T, m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// powerCut pulls the leader's plug while the owner writes through the
+// other two nodes: writes go on, the node comes back and catches up, and
+// no acknowledged write is lost.
+func (m *multi) powerCut(t *testing.T) {
+	leader := m.leader(t)
+	var others []*multinode.Node
+	for _, n := range m.c.Nodes[:3] {
+		if n != leader {
+			others = append(others, n)
+		}
+	}
+	w := startWriter(t, m.client(t, others...))
+	time.Sleep(3 * time.Second)
+	t.Logf("pulling the plug of the leader, node%d (%s), after %d writes", leader.Index+1, leader.Name, w.count())
+	leader.VM.Kill()
+	cut := w.count()
+	deadline := time.Now().Add(2 * time.Minute)
+	for w.count() < cut+20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("writes did not resume after the leader's power cut (%d acknowledged)", w.count())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("writes resumed: %d acknowledged", w.count())
+	if err := m.c.Start(context.Background(), leader, filepath.Join(filepath.Dir(leader.Disk()), "enrolment.pb")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, leader.VM, bootTimeout, "borough: state New -> Restarting")
+	if err := m.c.WaitRunning(leader); err != nil {
+		t.Fatal(err)
+	}
+	acked := w.stop()
+	get, err := m.client(t, leader).Get(timeout(t, time.Minute), "load/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("reading the writes on the node that lost power: %v", err)
+	}
+	have := map[string]bool{}
+	for _, kv := range get.Kvs {
+		have[string(kv.Key)] = true
+	}
+	lost := 0
+	for _, k := range acked {
+		if !have[k] {
+			lost++
+		}
+	}
+	if lost > 0 || len(acked) == 0 {
+		t.Errorf("%d of %d acknowledged writes missing on the node that lost power", lost, len(acked))
+	}
+}
+
+// leader is the node that leads the cluster.
+func (m *multi) leader(t *testing.T) *multinode.Node {
+	t.Helper()
+	cl := m.client(t, m.c.Nodes[0])
+	ctx := timeout(t, 30*time.Second)
+	st, err := cl.Status(ctx, m.c.Nodes[0].Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cl.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mb := range list.Members {
+		for _, n := range m.c.Nodes {
+			if mb.ID == st.Leader && mb.Name == n.Name {
+				return n
+			}
+		}
+	}
+	t.Fatalf("no node leads (leader %x)", st.Leader)
+	return nil
+}
+
+// writer puts keys one after another and keeps those acknowledged.
+type writer struct {
+	mu    sync.Mutex
+	acked []string
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startWriter(t *testing.T, cl *clientv3.Client) *writer {
+	w := &writer{done: make(chan struct{})}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-w.done:
+				return
+			default:
+			}
+			key := fmt.Sprintf("load/%06d", i)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := cl.Put(ctx, key, "v")
+			cancel()
+			if err == nil {
+				w.mu.Lock()
+				w.acked = append(w.acked, key)
+				w.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { w.stop() })
+	return w
+}
+
+func (w *writer) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+// stop ends the writes and returns the acknowledged keys.
+func (w *writer) stop() []string {
+	select {
+	case <-w.done:
+	default:
+		close(w.done)
+	}
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acked
+}
+
+// crashWhileJoining kills a joining node after each step of its join:
+// on its next boot it finishes and becomes a voter. Then the owner
+// removes it (`borough node remove`), which it sees and reports, on this
+// boot and the next.
+func (m *multi) crashWhileJoining(t *testing.T) {
+	for _, step := range []string{cluster.JoinRecorded, cluster.JoinAdmitted, cluster.JoinStarted} {
+		t.Run(step, func(t *testing.T) {
+			n, err := m.c.AddNode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk, err := m.c.Ticket(context.Background(), admin.TicketParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := m.c.JoinConfig(n, marshal(t, tk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.TestParams = "borough.test.pause=" + step
+			if err := m.c.Start(context.Background(), n, cfg); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, n.VM, bootTimeout, "borough: test: paused after join step "+step)
+			n.VM.Kill()
+			n.TestParams = ""
+			if err := m.c.Start(context.Background(), n, cfg); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, n.VM, bootTimeout, "borough: state New -> Joining")
+			if err := m.c.WaitRunning(n); err != nil {
+				t.Fatal(err)
+			}
+			m.awaitVoter(t, n.Name)
+			out := cli(t, "--config", m.config, "node", "remove", m.c.Nodes[0].Endpoint(), n.Name, "--fingerprint", m.c.Fingerprint)
+			if !strings.Contains(out, "removed member "+n.Name) {
+				t.Errorf("borough node remove printed:\n%s", out)
+			}
+			expect(t, n.VM, stepTimeout, "borough: node failed: removed from cluster multi")
+			if step != cluster.JoinStarted {
+				n.VM.Kill()
+				return
+			}
+			if err := n.VM.CtrlAltDel(); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, n.VM, bootTimeout, "borough: init started", "borough: node failed: removed from cluster multi")
+			n.VM.Kill()
+		})
+	}
+}
+
+// awaitVoter waits until the node named is a voter.
+func (m *multi) awaitVoter(t *testing.T, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		voters, _ := m.members(t)
+		if strings.Contains(strings.Join(voters, " "), name) {
+			return
+		}
+	}
+	t.Fatalf("%s did not become a voter within a minute", name)
+}
+
+// revocation holds a certificate of the cluster CA as a stolen node's
+// identity would be: both ports accept it; once the owner removes its
+// node, both ports refuse it within 10 s.
+func (m *multi) revocation(t *testing.T) {
+	cl := m.client(t, m.c.Nodes[0])
+	ctx := timeout(t, 2*time.Minute)
+	resp, err := cl.Txn(ctx).Then(clientv3.OpGet(keyspace.CACert), clientv3.OpGet(keyspace.CAKey)).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err1 := pki.ParseCertPEM(resp.Responses[0].GetResponseRange().Kvs[0].Value)
+	caKey, err2 := pki.ParseKeyPEM(resp.Responses[1].GetResponseRange().Kvs[0].Value)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	const name = "node-5701e000"
+	// The peer port checks the certificate's address against the
+	// connection's: QEMU's user network makes the host 10.0.2.2.
+	ips := []net.IP{net.IPv4(10, 0, 2, 2), net.IPv4(127, 0, 0, 1)}
+	stolen, err := (&pki.CA{Cert: caCert, Key: caKey}).Issue(name, ips, []string{name}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := keyspace.NodeRecord{Serials: []string{stolen.Cert.SerialNumber.Text(16)}}.Marshal()
+	if _, err := cl.Put(ctx, keyspace.Nodes+name, string(rec)); err != nil {
+		t.Fatal(err)
+	}
+	id := tls.Certificate{Certificate: [][]byte{stolen.Cert.Raw}, PrivateKey: stolen.Key}
+	for _, n := range m.c.Nodes[:3] {
+		if !m.clientAccepts(n, id) || !m.peerAccepts(n, id) {
+			t.Fatalf("node%d refuses a certificate of its CA before any removal (client port: %v, peer port: %v)",
+				n.Index+1, m.clientAccepts(n, id), m.peerAccepts(n, id))
+		}
+	}
+	cli(t, "--config", m.config, "node", "remove", m.c.Nodes[0].Endpoint(), name, "--fingerprint", m.c.Fingerprint)
+	removed := time.Now()
+	var wg sync.WaitGroup
+	for _, n := range m.c.Nodes[:3] {
+		wg.Go(func() {
+			for m.clientAccepts(n, id) || m.peerAccepts(n, id) {
+				if time.Since(removed) > 10*time.Second {
+					t.Errorf("node%d still accepts the revoked certificate %v after the removal", n.Index+1, time.Since(removed))
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Logf("node%d refuses the revoked certificate on both ports %.1f s after the removal", n.Index+1, time.Since(removed).Seconds())
+		})
+	}
+	wg.Wait()
+}
+
+// peerAccepts says whether n's peer port serves id its /version.
+func (m *multi) peerAccepts(n *multinode.Node, id tls.Certificate) bool {
+	roots := x509.NewCertPool()
+	roots.AddCert(m.c.CA)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{id}}}}
+	defer hc.CloseIdleConnections()
+	res, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/version", n.PeerPort))
+	if err != nil {
+		return false
+	}
+	res.Body.Close()
+	return res.StatusCode == http.StatusOK
+}
+
+// clientAccepts says whether n's client port serves id a read.
+func (m *multi) clientAccepts(n *multinode.Node, id tls.Certificate) bool {
+	cl, err := admin.Connect([]string{n.Endpoint()}, m.c.CA, id)
+	if err != nil {
+		return false
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = cl.Get(ctx, "greeting")
+	return err == nil
+}
