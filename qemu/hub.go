@@ -167,4 +167,3 @@ func (h *Hub) drop(p *hubPort) {
 	p.conn.Close()
 	close(p.out)
 }
-

@@ -69,7 +69,7 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 		Nodes: f.nodes, Image: f.image, StateDir: f.state, Cluster: f.name, TPM: f.tpm, MemoryMiB: f.mem,
 		OwnerCert: ownerCertPath(), OwnerKey: ownerKeyPath(), ClientPorts: ports,
 		Console: func(i int) io.Writer { return consoles[i] },
-		Logf: func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) },
+		Logf:    func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) },
 	})
 	if err != nil {
 		return err

@@ -103,12 +103,12 @@ type Node struct {
 	// ClientPort and PeerPort are the host's forwarded ports to the
 	// node's client and peer ports.
 	ClientPort, PeerPort int
-	LAN        netip.Addr
+	LAN                  netip.Addr
 	// TestParams are passed to the node's next boots (qemu.Options).
 	TestParams string
 	// RunningAt is the time from QEMU's start to `node running`.
 	RunningAt time.Duration
-	opts       qemu.Options
+	opts      qemu.Options
 }
 
 // Endpoint is the node's client endpoint on the host.
@@ -210,7 +210,7 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 	n.opts = qemu.Options{
 		Image: disk, StateDir: filepath.Join(dir, "vm"), TPM: c.opts.TPM, MemoryMiB: c.opts.MemoryMiB,
 		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: peer, Guest: 2380}},
-		LAN:        &qemu.LAN{Hub: c.Hub.Path(), MAC: fmt.Sprintf("52:54:00:77:00:%02x", i+1)},
+		LAN:  &qemu.LAN{Hub: c.Hub.Path(), MAC: fmt.Sprintf("52:54:00:77:00:%02x", i+1)},
 		Logf: c.nodeLogf(i),
 	}
 	n.TestParams = c.opts.TestParams
