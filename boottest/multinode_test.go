@@ -57,6 +57,7 @@ func TestMultiNode(t *testing.T) {
 	t.Run("three voters", m.threeVoters)
 	t.Run("bad tickets", m.badTickets)
 	t.Run("leader power cut under writes", m.powerCut)
+	t.Run("restart at a new address", m.newAddress)
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
 }
@@ -281,6 +282,54 @@ func (m *multi) powerCut(t *testing.T) {
 	}
 }
 
+// newAddress powers node 3 off, gives it another LAN address (as a new
+// DHCP lease would) and boots it: it gives itself a certificate for the
+// new address, tells the cluster, and serves again.
+func (m *multi) newAddress(t *testing.T) {
+	n := m.c.Nodes[2]
+	if err := n.VM.PowerOff(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(filepath.Dir(n.Disk()), "enrolment.pb")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg enrolmentpb.Config
+	if err := proto.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	const moved = "10.77.0.33"
+	cfg.GetNetwork().GetInterfaces()[1].GetStatic().Addresses = []string{moved + "/24"}
+	if err := os.WriteFile(path, marshal(t, &cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.c.Start(context.Background(), n, path); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, n.VM, bootTimeout, "borough: state New -> Restarting", "the node's address changed; gave it a new certificate",
+		"told the cluster the node's new address address="+moved)
+	if err := m.c.WaitRunning(n); err != nil {
+		t.Fatal(err)
+	}
+	list, err := m.client(t, m.c.Nodes[0]).MemberList(timeout(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mb := range list.Members {
+		if mb.Name == n.Name && strings.Join(mb.PeerURLs, ",") != "https://"+moved+":2380" {
+			t.Errorf("%s's peer URLs are %v after its move", n.Name, mb.PeerURLs)
+		}
+	}
+	ctx := timeout(t, time.Minute)
+	if _, err := m.client(t, n).Put(ctx, "moved", "yes"); err != nil {
+		t.Fatalf("put through the moved node: %v", err)
+	}
+	if get, err := m.client(t, m.c.Nodes[0]).Get(ctx, "moved"); err != nil || len(get.Kvs) != 1 {
+		t.Fatalf("get on node 1 of a put through the moved node = %v, %v", get, err)
+	}
+}
+
 // leader is the node that leads the cluster.
 func (m *multi) leader(t *testing.T) *multinode.Node {
 	t.Helper()
@@ -361,7 +410,8 @@ func (w *writer) stop() []string {
 // crashWhileJoining kills a joining node after each step of its join:
 // on its next boot it finishes and becomes a voter. Then the owner
 // removes it (`borough node remove`), which it sees and reports, on this
-// boot and the next.
+// boot and the next; one of them is removed while it is off, and says so
+// when it boots.
 func (m *multi) crashWhileJoining(t *testing.T) {
 	for _, step := range []string{cluster.JoinRecorded, cluster.JoinAdmitted, cluster.JoinStarted} {
 		t.Run(step, func(t *testing.T) {
@@ -392,11 +442,25 @@ func (m *multi) crashWhileJoining(t *testing.T) {
 				t.Fatal(err)
 			}
 			m.awaitVoter(t, n.Name)
+			// One node is removed while it is off: it learns it from its
+			// peers when it boots again.
+			off := step == cluster.JoinAdmitted
+			if off {
+				if err := n.VM.PowerOff(powerTimeout); err != nil {
+					t.Fatal(err)
+				}
+			}
 			out := cli(t, "--config", m.config, "node", "remove", m.c.Nodes[0].Endpoint(), n.Name, "--fingerprint", m.c.Fingerprint)
 			if !strings.Contains(out, "removed member "+n.Name) {
 				t.Errorf("borough node remove printed:\n%s", out)
 			}
-			expect(t, n.VM, stepTimeout, "borough: node failed: removed from cluster multi")
+			if off {
+				if err := m.c.Start(context.Background(), n, cfg); err != nil {
+					t.Fatal(err)
+				}
+				expect(t, n.VM, bootTimeout, "borough: state New -> Restarting")
+			}
+			expect(t, n.VM, bootTimeout, "borough: node failed: removed from cluster multi")
 			if step != cluster.JoinStarted {
 				n.VM.Kill()
 				return

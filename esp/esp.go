@@ -34,6 +34,9 @@ const (
 	// NodeState records how far the node got, so that it never
 	// bootstraps a cluster twice.
 	NodeState File = Dir + "/node-state.json"
+	// MemberDirectory lists the cluster's members and their last peer
+	// URLs, for a node that restarts while etcd cannot yet tell it.
+	MemberDirectory File = Dir + "/members.json"
 )
 
 // Dir is the directory of Borough's own files.

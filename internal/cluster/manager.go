@@ -110,7 +110,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 	mg.m.to(StateRunning)
 	mg.log.Info("node running", "cluster", rec.Cluster, "member", rec.Node,
 		"client", net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.ClientPort)), "role", role)
-	err = mg.serve(ctx, c)
+	err = mg.serve(ctx, c, rec.Cluster)
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -121,7 +121,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 }
 
 // serve runs the member and its join endpoint; the first to end ends both.
-func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus) error {
+func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, cluster string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	js := &join.Server{Client: c.Client, PKI: mg.pkiFiles(), Log: mg.log.With("service", "join")}
@@ -129,6 +129,12 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus) error {
 	go func() { errs <- c.Run(ctx) }()
 	go func() { errs <- js.Run(ctx) }()
 	go mg.reportPromotion(ctx, c)
+	go mg.keepDirectory(ctx, c, cluster)
+	go func() {
+		if err := mg.keepCAKey(ctx, c); err != nil && ctx.Err() == nil {
+			mg.log.Warn("keeping a copy of the cluster CA key", "err", err)
+		}
+	}()
 	err := <-errs
 	cancel()
 	<-errs

@@ -2,10 +2,15 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"os"
 	"strconv"
+	"time"
 
 	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/join"
+	"github.com/borough-os/borough/internal/pki"
 )
 
 // restart starts the member from its data. The cluster is the record's:
@@ -15,7 +20,11 @@ func (mg *Manager) restart(ctx context.Context, rec *Record) (*consensus.Consens
 		mg.log.Warn("the enrolment config names cluster "+name+", but this node is a member of "+rec.Cluster+
 			"; an enrolment config applies only to a node's first boot", "cluster", rec.Cluster)
 	}
-	c, err := consensus.Start(ctx, mg.consensusConfig(rec.Node, rec.Cluster, consensus.ModeRestart))
+	serial, err := mg.reissueIfMoved()
+	if err != nil {
+		return nil, err
+	}
+	c, err := mg.startMember(ctx, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -33,5 +42,78 @@ func (mg *Manager) restart(ctx context.Context, rec *Record) (*consensus.Consens
 		return nil, err
 	}
 	mg.log.Info("rejoined cluster", "cluster", rec.Cluster, "id", rec.ClusterID, "ca_fingerprint", mg.caFingerprint())
+	if serial != "" {
+		if err := mg.announceMove(ctx, c, rec.Node, serial); err != nil {
+			c.Close()
+			return nil, err
+		}
+		mg.log.Info("told the cluster the node's new address", "address", mg.cfg.IP)
+	}
 	return c, nil
+}
+
+// statusAfter is how long a restarting member waits for etcd before it
+// asks its peers whether it is still a member.
+const statusAfter = 10 * time.Second
+
+// startMember starts etcd from its data. If etcd is not ready soon, the
+// peers may be refusing the node: it asks them (package join's status)
+// every few seconds, and stops with errRemoved once one says the cluster
+// removed it.
+func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Consensus, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		c   *consensus.Consensus
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := consensus.Start(ctx, mg.consensusConfig(rec.Node, rec.Cluster, consensus.ModeRestart))
+		done <- result{c, err}
+	}()
+	wait := statusAfter
+	for {
+		select {
+		case r := <-done:
+			return r.c, r.err
+		case <-time.After(wait):
+		}
+		wait = 5 * time.Second
+		removed, err := mg.askStatus(ctx, rec.Node)
+		if err != nil {
+			mg.log.Info("etcd is not ready yet, and no peer says whether this node is still a member", "err", err)
+			continue
+		}
+		if removed {
+			cancel()
+			if r := <-done; r.c != nil {
+				r.c.Close()
+			}
+			return nil, errRemoved(rec.Cluster)
+		}
+	}
+}
+
+// askStatus asks the peers in the member directory whether the cluster
+// still counts this node as a member.
+func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
+	d, err := mg.readDirectory()
+	if err != nil {
+		return false, fmt.Errorf("reading the member directory: %w", err)
+	}
+	f := mg.pkiFiles()
+	cert, err := tls.LoadX509KeyPair(f.Cert(), f.Key())
+	if err != nil {
+		return false, err
+	}
+	b, err := os.ReadFile(f.CA())
+	if err != nil {
+		return false, err
+	}
+	ca, err := pki.ParseCertPEM(b)
+	if err != nil {
+		return false, err
+	}
+	return join.Status(ctx, d.peerEndpoints(self), ca, cert)
 }

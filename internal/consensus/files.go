@@ -21,6 +21,11 @@ func (f Files) Key() string     { return filepath.Join(f.Dir, "node-key.pem") }
 func (f Files) Trusted() string { return filepath.Join(f.Dir, "client-trust.pem") }
 func (f Files) CRL() string     { return filepath.Join(f.Dir, "crl.der") }
 
+// CAKey is the node's copy of the cluster CA's key, with which it gives
+// itself a new certificate when its address changed while it was down
+// (see package keyspace for who holds the CA key, and why).
+func (f Files) CAKey() string { return filepath.Join(f.Dir, "ca-key.pem") }
+
 // Bundle is what the PKI files hold.
 type Bundle struct {
 	// CA is the cluster CA; Cert the node's certificate, issued by it.

@@ -148,3 +148,53 @@ func pinned(fingerprint, host string) *tls.Config {
 		},
 	}
 }
+
+// Status asks the members at endpoints ("host:port"), verified against
+// the cluster CA ca, whether the cluster still counts the node whose
+// certificate is cert as a member. It returns the first answer.
+func Status(ctx context.Context, endpoints []string, ca *x509.Certificate, cert tls.Certificate) (removed bool, err error) {
+	var errs []error
+	for _, ep := range endpoints {
+		removed, err := status(ctx, ep, ca, cert)
+		if err == nil {
+			return removed, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+	}
+	return false, fmt.Errorf("no member answered: %w", errors.Join(errs...))
+}
+
+func status(ctx context.Context, endpoint string, ca *x509.Certificate, cert tls.Certificate) (bool, error) {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return false, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots, ServerName: host, Certificates: []tls.Certificate{cert}},
+		DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+	}}
+	defer client.CloseIdleConnections()
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+endpoint+pathStatus, nil)
+	if err != nil {
+		return false, err
+	}
+	res, err := client.Do(r)
+	if err != nil {
+		return false, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<16))
+	if err != nil {
+		return false, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: %s", res.Status, strings.TrimSpace(string(b)))
+	}
+	var st joinpb.MemberStatus
+	if err := proto.Unmarshal(b, &st); err != nil {
+		return false, err
+	}
+	return st.GetRemoved(), nil
+}

@@ -32,8 +32,9 @@ const Port = ticket.EndpointPort
 
 // Paths of the endpoint.
 const (
-	pathCheck = "/v1/check"
-	pathJoin  = "/v1/join"
+	pathCheck  = "/v1/check"
+	pathJoin   = "/v1/join"
+	pathStatus = "/v1/status"
 )
 
 // maxBody bounds a request body.
@@ -61,9 +62,13 @@ func (s *Server) Run(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pathCheck, s.handle(s.check))
 	mux.HandleFunc("POST "+pathJoin, s.handle(s.join))
+	mux.HandleFunc("POST "+pathStatus, s.status)
 	srv := &http.Server{
-		Handler:           mux,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13},
+		Handler: mux,
+		// A node asking for its status presents its certificate, which
+		// status checks itself; joining nodes have none.
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
+			ClientAuth: tls.RequestClientCert},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() {
@@ -122,6 +127,69 @@ func (s *Server) handle(fn func(context.Context, *joinpb.JoinRequest) (proto.Mes
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.Write(b)
 	}
+}
+
+// status tells a node that presents a certificate of the cluster CA
+// whether the cluster revoked it or removed its node.
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	removed, err := s.removed(ctx, r.TLS.PeerCertificates)
+	var refusal *Refusal
+	switch {
+	case errors.As(err, &refusal):
+		http.Error(w, refusal.Reason, http.StatusForbidden)
+		return
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	b, err := proto.Marshal(&joinpb.MemberStatus{Removed: removed})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Write(b)
+}
+
+// removed checks a node's certificate chain: issued by the cluster CA,
+// and then revoked, or of a node that is no member.
+func (s *Server) removed(ctx context.Context, chain []*x509.Certificate) (bool, error) {
+	if len(chain) == 0 {
+		return false, refuse("present the node's certificate")
+	}
+	ca, err := s.ca(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := chain[0].CheckSignatureFrom(ca.Cert); err != nil {
+		return false, refuse("the certificate is not of this cluster's CA")
+	}
+	resp, err := s.Client.Get(ctx, keyspace.CRL)
+	if err != nil {
+		return false, err
+	}
+	if len(resp.Kvs) == 1 {
+		crl, err := pki.ParseCRL(resp.Kvs[0].Value, ca.Cert)
+		if err != nil {
+			return false, err
+		}
+		for _, e := range crl.RevokedCertificateEntries {
+			if e.SerialNumber.Cmp(chain[0].SerialNumber) == 0 {
+				return true, nil
+			}
+		}
+	}
+	list, err := s.Client.MemberList(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range list.Members {
+		if m.Name == chain[0].Subject.CommonName {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // record reads the record of the request's ticket and its revision (0 if

@@ -1,0 +1,149 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
+)
+
+// A node's address may change while it is down (a new DHCP lease, a moved
+// machine). Its certificate names the old one, and peers check a peer's
+// certificate against the address it connects from, so before etcd
+// starts the node gives itself a certificate for the new address, signed
+// with its copy of the cluster CA's key; once etcd runs it tells the
+// cluster its new peer URL and records the new certificate's serial, so
+// that removing the node revokes it too.
+
+// reissueIfMoved gives the node a certificate for its current address if
+// the one it has names another. It returns the new certificate's serial,
+// or "" if nothing changed.
+func (mg *Manager) reissueIfMoved() (string, error) {
+	f := mg.pkiFiles()
+	b, err := os.ReadFile(f.Cert())
+	if err != nil {
+		return "", err
+	}
+	cert, err := pki.ParseCertPEM(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", f.Cert(), err)
+	}
+	for _, ip := range cert.IPAddresses {
+		if ip.Equal(mg.cfg.IP.AsSlice()) {
+			return "", nil
+		}
+	}
+	ca, err := mg.localCA()
+	if err != nil {
+		return "", fmt.Errorf("the node's address is now %s, not %v, and it cannot give itself a new certificate: %w",
+			mg.cfg.IP, cert.IPAddresses, err)
+	}
+	key, err := mg.nodeKey()
+	if err != nil {
+		return "", err
+	}
+	csr, err := pki.NewCSR(cert.Subject.CommonName, mg.ips(), key)
+	if err != nil {
+		return "", err
+	}
+	fresh, err := ca.SignCSR(csr, time.Now())
+	if err != nil {
+		return "", err
+	}
+	if err := atomicfile.Write(f.Cert(), append(pki.CertPEM(fresh), pki.CertPEM(ca.Cert)...), 0o600); err != nil {
+		return "", fmt.Errorf("writing the new certificate: %w", err)
+	}
+	mg.log.Warn("the node's address changed; gave it a new certificate", "was", fmt.Sprint(cert.IPAddresses[0]), "now", mg.cfg.IP)
+	return fresh.SerialNumber.Text(16), nil
+}
+
+// localCA reads the node's copy of the cluster CA.
+func (mg *Manager) localCA() (*pki.CA, error) {
+	f := mg.pkiFiles()
+	certPEM, err := os.ReadFile(f.CA())
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(f.CAKey())
+	if err != nil {
+		return nil, err
+	}
+	cert, err := pki.ParseCertPEM(certPEM)
+	if err != nil {
+		return nil, err
+	}
+	key, err := pki.ParseKeyPEM(keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	return &pki.CA{Cert: cert, Key: key}, nil
+}
+
+// announceMove tells the cluster the member's new peer URL and records the
+// new certificate's serial, retrying until it succeeds or ctx ends.
+func (mg *Manager) announceMove(ctx context.Context, c *consensus.Consensus, name, serial string) error {
+	peer := url.URL{Scheme: "https", Host: net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.PeerPort))}
+	return retry(ctx, mg.log, "telling the cluster the node's new address", func(error) bool { return false }, func() error {
+		if _, err := c.Client.MemberUpdate(ctx, c.MemberID(), []string{peer.String()}); err != nil {
+			return fmt.Errorf("updating the peer URL: %w", err)
+		}
+		return addSerial(ctx, c.Client, name, serial)
+	})
+}
+
+// addSerial adds a certificate serial to a node's record.
+func addSerial(ctx context.Context, c *clientv3.Client, name, serial string) error {
+	key := keyspace.Nodes + name
+	resp, err := c.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) != 1 {
+		return errors.New("the cluster has no record of this node")
+	}
+	r, err := keyspace.ParseNodeRecord(resp.Kvs[0].Value)
+	if err != nil {
+		return err
+	}
+	r.Serials = append(r.Serials, serial)
+	b, err := r.Marshal()
+	if err != nil {
+		return err
+	}
+	txn, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpPut(key, string(b))).Commit()
+	if err == nil && !txn.Succeeded {
+		err = errors.New("the node's record changed meanwhile")
+	}
+	return err
+}
+
+// keepCAKey keeps a copy of the cluster CA's key on the data volume, once
+// etcd can be read: a node that joined learns it only then.
+func (mg *Manager) keepCAKey(ctx context.Context, c *consensus.Consensus) error {
+	path := mg.pkiFiles().CAKey()
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	return retry(ctx, mg.log, "keeping a copy of the cluster CA key", func(error) bool { return false }, func() error {
+		resp, err := c.Client.Get(ctx, keyspace.CAKey, clientv3.WithSerializable())
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) != 1 {
+			return errors.New("etcd has no CA key yet")
+		}
+		return atomicfile.Write(path, resp.Kvs[0].Value, 0o600)
+	})
+}
