@@ -152,8 +152,12 @@ func (mg *Manager) removed(rec *Record) error {
 	return nil
 }
 
+// errWasRemoved is wrapped by every error saying the cluster removed the
+// node.
+var errWasRemoved = errors.New("removed from cluster")
+
 func errRemoved(cluster string) error {
-	return fmt.Errorf("removed from cluster %s", cluster)
+	return fmt.Errorf("%w %s", errWasRemoved, cluster)
 }
 
 func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, error) {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -25,6 +26,12 @@ func (mg *Manager) restart(ctx context.Context, rec *Record) (*consensus.Consens
 		return nil, err
 	}
 	c, err := mg.startMember(ctx, rec)
+	if errors.Is(err, errWasRemoved) {
+		rec.Phase = PhaseRemoved
+		if werr := mg.writeRecords(rec); werr != nil {
+			mg.log.Warn("recording the removal", "err", werr)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
