@@ -37,6 +37,16 @@ type Config struct {
 	// Pause, if set, is called after each step of a join (JoinRecorded,
 	// JoinAdmitted, JoinStarted), for crash tests.
 	Pause func(step string)
+	// overrides are test seams.
+	overrides overrides
+}
+
+// overrides let several members run in one test process.
+type overrides struct {
+	// socket replaces Socket.
+	socket string
+	// listenOnIP makes etcd and the join endpoint listen on IP only.
+	listenOnIP bool
 }
 
 // Steps of a join, for Config.Pause.
@@ -125,6 +135,9 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, cluster st
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	js := &join.Server{Client: c.Client, PKI: mg.pkiFiles(), Log: mg.log.With("service", "join")}
+	if mg.cfg.overrides.listenOnIP {
+		js.Addr = net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(join.Port))
+	}
 	errs := make(chan error, 2)
 	go func() { errs <- c.Run(ctx) }()
 	go func() { errs <- js.Run(ctx) }()
@@ -185,12 +198,19 @@ func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, er
 }
 
 func (mg *Manager) consensusConfig(name, cluster string, mode consensus.Mode) consensus.Config {
-	return consensus.Config{
+	c := consensus.Config{
 		Name: name, Cluster: cluster,
 		DataDir: mg.etcdDir(), PKI: mg.pkiFiles(),
 		IP: mg.cfg.IP, Mode: mode, Socket: Socket,
 		Log: mg.log.With("service", "consensus"),
 	}
+	if o := mg.cfg.overrides; o.socket != "" {
+		c.Socket = o.socket
+	}
+	if mg.cfg.overrides.listenOnIP {
+		c.ListenIP = mg.cfg.IP
+	}
+	return c
 }
 
 // writeRecords writes rec to the data volume, then to the ESP.

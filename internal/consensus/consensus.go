@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -92,6 +93,9 @@ type Config struct {
 	PKI Files
 	// IP is the address other members and remote clients reach.
 	IP netip.Addr
+	// ListenIP is the address etcd listens on; zero means every address
+	// (remote clients may come through another link than peers).
+	ListenIP netip.Addr
 	// Mode says how the member starts.
 	Mode Mode
 	// Peers are the cluster's members, this one among them (ModeJoin).
@@ -116,10 +120,14 @@ func (c Config) embed() *embed.Config {
 	host := netip.AddrPortFrom(c.IP, PeerPort).String()
 	peer := url.URL{Scheme: "https", Host: host}
 	client := url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, ClientPort).String()}
-	ec.ListenPeerUrls = []url.URL{{Scheme: "https", Host: "0.0.0.0:" + strconv.Itoa(PeerPort)}}
+	listen := "0.0.0.0"
+	if c.ListenIP.IsValid() {
+		listen = c.ListenIP.String()
+	}
+	ec.ListenPeerUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(listen, strconv.Itoa(PeerPort))}}
 	ec.AdvertisePeerUrls = []url.URL{peer}
 	ec.ListenClientUrls = []url.URL{
-		{Scheme: "https", Host: "0.0.0.0:" + strconv.Itoa(ClientPort)},
+		{Scheme: "https", Host: net.JoinHostPort(listen, strconv.Itoa(ClientPort))},
 		{Scheme: "unix", Host: c.Socket},
 	}
 	ec.AdvertiseClientUrls = []url.URL{client}

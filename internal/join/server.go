@@ -47,6 +47,9 @@ type Server struct {
 	// PKI holds the member's certificate, which the endpoint presents.
 	PKI consensus.Files
 	Log *slog.Logger
+	// Addr is the address to listen on; empty means every address, on
+	// Port.
+	Addr string
 }
 
 // Run serves the endpoint until ctx ends.
@@ -55,7 +58,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("join endpoint: loading the node certificate: %w", err)
 	}
-	l, err := net.Listen("tcp", ":"+strconv.Itoa(Port))
+	addr := s.Addr
+	if addr == "" {
+		addr = ":" + strconv.Itoa(Port)
+	}
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("join endpoint: %w", err)
 	}
@@ -272,14 +279,17 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 	return resp, nil
 }
 
-// advertised is the request's first IP address that is not loopback.
+// advertised is the request's first IP address: the one the node
+// advertises to its peers (pki.NewCSR puts it first).
 func advertised(csr *x509.CertificateRequest) netip.Addr {
-	for _, ip := range csr.IPAddresses {
-		if a, ok := netip.AddrFromSlice(ip); ok && !a.Unmap().IsLoopback() {
-			return a.Unmap()
-		}
+	if len(csr.IPAddresses) == 0 {
+		return netip.Addr{}
 	}
-	return netip.Addr{}
+	a, _ := netip.AddrFromSlice(csr.IPAddresses[0])
+	if a.Unmap().IsUnspecified() {
+		return netip.Addr{}
+	}
+	return a.Unmap()
 }
 
 // claim admits the request under its ticket, claiming an unused ticket

@@ -19,7 +19,8 @@ import (
 var NodeName = regexp.MustCompile(`^node-[0-9a-f]{8}$`)
 
 // NewCSR makes a certificate request for a node named name, reached at
-// ips, signed by key. The key never leaves the node.
+// ips (the first is the one it advertises to its peers), signed by key.
+// The key never leaves the node.
 func NewCSR(name string, ips []net.IP, key crypto.Signer) ([]byte, error) {
 	return x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
 		Subject:     pkix.Name{CommonName: name, Organization: []string{"Borough"}},

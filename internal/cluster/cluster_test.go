@@ -1,0 +1,199 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/console"
+	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/join"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+)
+
+// logBuffer is a log that tests read while members write it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// member is one in-process node of the test cluster.
+type member struct {
+	mgr  *Manager
+	log  *logBuffer
+	ip   netip.Addr
+	done chan error
+}
+
+// wait waits for a line containing s in the member's log.
+func (m *member) wait(t *testing.T, s string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(m.log.String(), s) {
+			return
+		}
+	}
+	t.Fatalf("member %s did not log %q:\n%s", m.ip, s, m.log.String())
+}
+
+// start runs a member at 127.0.0.n with enrolment e.
+func start(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment) *member {
+	dir := t.TempDir()
+	m := &member{log: &logBuffer{}, ip: netip.AddrFrom4([4]byte{127, 0, 0, byte(n)}), done: make(chan error, 1)}
+	m.mgr = New(slog.New(console.NewHandler(m.log)))
+	m.mgr.Configure(Config{
+		Enrolment: e, FreshData: true, IP: m.ip,
+		ESPRoot: filepath.Join(dir, "esp"), DataRoot: filepath.Join(dir, "data"),
+		overrides: overrides{socket: filepath.Join(dir, "etcd.sock"), listenOnIP: true},
+	})
+	if err := m.mgr.Preflight(ctx, filepath.Join(dir, "esp"), e); err != nil {
+		m.mgr.Fail(err)
+		return m
+	}
+	go func() { m.done <- m.mgr.Run(ctx) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log of %s:\n%s", m.ip, m.log.String())
+		}
+	})
+	return m
+}
+
+// ownerIdentity makes an owner certificate and key, as `borough owner
+// init` does.
+func ownerIdentity(t *testing.T) (*x509.Certificate, tls.Certificate) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(42), Subject: pkix.Name{CommonName: "owner"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return cert, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestJoinInProcess runs three members with real etcd on loopback
+// addresses: one bootstraps, two join with tickets the owner mints; the
+// second stays a learner until the third joins, then both vote; a used
+// ticket admits nobody else.
+func TestJoinInProcess(t *testing.T) {
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
+		l, err := net.Listen("tcp", ip+":0")
+		if err != nil {
+			t.Skipf("this host has no loopback address %s: %v", ip, err)
+		}
+		l.Close()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ownerCert, owner := ownerIdentity(t)
+	a := start(t, ctx, 1, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert})
+	a.wait(t, "node running cluster=unit")
+	caPEM, err := os.ReadFile(a.mgr.pkiFiles().CA())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := pki.ParseCertPEM(caPEM)
+	cl, err := admin.Connect([]string{"127.0.0.1:2379"}, ca, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	mint := func() *enrolmentpb.Ticket {
+		tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer tcancel()
+		tk, err := admin.MintTicket(tctx, cl, admin.TicketParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+
+	tb := mint()
+	b := start(t, ctx, 2, &enrolment.Enrolment{ClusterName: "unit", Ticket: tb})
+	b.wait(t, "this node stays a learner until a third node joins")
+	b.wait(t, "node running cluster=unit")
+
+	// The ticket B used admits no other key, and a fresh node's check says so.
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csr, _ := pki.NewCSR("node-00000bad", []net.IP{net.IPv4(127, 0, 0, 9)}, key)
+	var refusal *join.Refusal
+	if _, err := join.Join(ctx, tb, csr); !errors.As(err, &refusal) || !strings.Contains(err.Error(), ticket.ErrUsed.Error()) {
+		t.Errorf("a replayed ticket: %v, want a refusal saying it was used", err)
+	}
+	if err := join.Check(ctx, tb); !errors.As(err, &refusal) {
+		t.Errorf("checking a used ticket: %v, want a refusal", err)
+	}
+
+	c := start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: mint()})
+	c.wait(t, "node running cluster=unit")
+	b.wait(t, "promoted to voter")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		list, err := cl.MemberList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		voters := 0
+		for _, m := range list.Members {
+			if !m.IsLearner {
+				voters++
+			}
+		}
+		if voters == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d voters a minute after the third node joined", voters)
+		}
+	}
+	if _, err := cl.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := admin.Connect([]string{"127.0.0.3:2379"}, ca, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if get, err := cc.Get(ctx, "k"); err != nil || len(get.Kvs) != 1 {
+		t.Errorf("get through the third member = %v, %v", get, err)
+	}
+	cancel()
+	for _, m := range []*member{a, b, c} {
+		if err := <-m.done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("member %s: %v", m.ip, err)
+		}
+	}
+}
