@@ -31,6 +31,8 @@ type dhcpLink struct {
 	// got is when the lease was granted; ip is the address it gave.
 	got time.Time
 	ip  netip.Addr
+	// advertised says the link's address is the node's in the cluster.
+	advertised bool
 }
 
 // start gets a first lease and applies it.
@@ -114,8 +116,13 @@ func (d *dhcpLink) run(ctx context.Context) error {
 			d.log.Warn("renewing DHCP lease", "err", err, "lease_left", (expiry - time.Since(d.got)).Round(time.Second))
 			continue
 		}
+		was := d.ip
 		if _, _, err := d.apply(lease); err != nil {
 			d.log.Error("applying renewed DHCP lease", "err", err)
+			continue
+		}
+		if d.advertised && was.IsValid() && was != d.ip {
+			return fmt.Errorf("the advertised address changed from %s to %s: the node restarts into its cluster at the new one", was, d.ip)
 		}
 	}
 }

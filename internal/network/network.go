@@ -28,6 +28,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/supervisor"
 )
 
 // carrierTimeout bounds the wait for a link to come up.
@@ -101,7 +102,7 @@ func (n *Network) configure(ctx context.Context, ifc enrolment.Interface) (*link
 			"advertised", ifc.Advertise)
 		return l, ip, ifc.Static.DNS, nil
 	}
-	l.dhcp = &dhcpLink{link: nl, log: n.log.With("link", l.name)}
+	l.dhcp = &dhcpLink{link: nl, log: n.log.With("link", l.name), advertised: ifc.Advertise}
 	ip, dns, err := l.dhcp.start(ctx)
 	if err != nil {
 		return nil, ip, nil, err
@@ -193,8 +194,11 @@ func static(link netlink.Link, s *enrolment.Static) (netip.Addr, error) {
 	return s.Addresses[0].Addr(), nil
 }
 
-// Run keeps every DHCP lease renewed until ctx ends or a lease is lost
-// for good; a static network has nothing to do.
+// Run keeps every DHCP lease renewed until ctx ends. A new address on the
+// advertised link is fatal: the node reboots and restarts into its
+// cluster at the new address (package cluster gives it a certificate for
+// it and tells its peers), which is simpler and surer than moving a
+// running etcd member. A static network has nothing to do.
 func (n *Network) Run(ctx context.Context) error {
 	defer n.close()
 	errs := make(chan error, len(n.links))
@@ -209,7 +213,11 @@ func (n *Network) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	return <-errs
+	err := <-errs
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return supervisor.Fatal(err)
 }
 
 func (n *Network) close() {
