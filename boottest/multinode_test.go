@@ -45,11 +45,7 @@ func TestMultiNode(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, n := range c.Nodes {
-				if n.VM != nil {
-					t.Logf("node%d (%s) console tail:\n%s", n.Index+1, n.Name, n.VM.Tail(30))
-				}
-			}
+			saveConsoles(t, c)
 		}
 		c.Kill()
 	})
@@ -60,6 +56,25 @@ func TestMultiNode(t *testing.T) {
 	t.Run("restart at a new address", m.newAddress)
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
+}
+
+// saveConsoles prints the tail of each node's console and keeps the whole
+// of it under the build output, for a failure to be read in full.
+func saveConsoles(t *testing.T, c *multinode.Cluster) {
+	dir := filepath.Join(outDir(t), "failed", t.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Log(err)
+	}
+	for _, n := range c.Nodes {
+		if n.VM == nil {
+			continue
+		}
+		path := filepath.Join(dir, fmt.Sprintf("node%d.console", n.Index+1))
+		if err := os.WriteFile(path, []byte(n.VM.Console()), 0o644); err != nil {
+			t.Log(err)
+		}
+		t.Logf("node%d (%s) console tail (whole: %s):\n%s", n.Index+1, n.Name, path, n.VM.Tail(30))
+	}
 }
 
 // multi is the shared cluster of TestMultiNode.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -156,12 +158,29 @@ func RemoveNode(ctx context.Context, c *clientv3.Client, name string) (Removal, 
 		if m.Name != name {
 			continue
 		}
-		if _, err := c.MemberRemove(ctx, m.ID); err != nil {
+		if err := removeMember(ctx, c, m.ID); err != nil {
 			return r, fmt.Errorf("removing member %s: %w", name, err)
 		}
 		r.MemberID = m.ID
 	}
 	return r, nil
+}
+
+// removeMember removes a member, retrying while etcd refuses because a
+// member has only just become active (its strict reconfiguration check
+// says "unhealthy cluster" then).
+func removeMember(ctx context.Context, c *clientv3.Client, id uint64) error {
+	for {
+		_, err := c.MemberRemove(ctx, id)
+		if !errors.Is(err, rpctypes.ErrUnhealthy) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // revoke adds serials (hex) to the cluster's CRL, signed with the CA's key

@@ -53,6 +53,8 @@ type member struct {
 	mgr  *Manager
 	log  *logBuffer
 	ip   netip.Addr
+	dir  string
+	stop context.CancelFunc
 	done chan error
 }
 
@@ -67,13 +69,18 @@ func (m *member) wait(t *testing.T, s string) {
 	t.Fatalf("member %s did not log %q:\n%s", m.ip, s, m.log.String())
 }
 
-// start runs a member at 127.0.0.n with enrolment e.
-func start(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment) *member {
-	dir := t.TempDir()
-	m := &member{log: &logBuffer{}, ip: netip.AddrFrom4([4]byte{127, 0, 0, byte(n)}), done: make(chan error, 1)}
+// start runs a member at 127.0.0.n with enrolment e, in dir (a new one
+// if empty).
+func start(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment, dir string) *member {
+	fresh := dir == ""
+	if fresh {
+		dir = t.TempDir()
+	}
+	ctx, stop := context.WithCancel(ctx)
+	m := &member{log: &logBuffer{}, ip: netip.AddrFrom4([4]byte{127, 0, 0, byte(n)}), dir: dir, stop: stop, done: make(chan error, 1)}
 	m.mgr = New(slog.New(console.NewHandler(m.log)))
 	m.mgr.Configure(Config{
-		Enrolment: e, FreshData: true, IP: m.ip,
+		Enrolment: e, FreshData: fresh, IP: m.ip,
 		ESPRoot: filepath.Join(dir, "esp"), DataRoot: filepath.Join(dir, "data"),
 		overrides: overrides{socket: filepath.Join(dir, "etcd.sock"), listenOnIP: true},
 	})
@@ -120,7 +127,7 @@ func TestJoinInProcess(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ownerCert, owner := ownerIdentity(t)
-	a := start(t, ctx, 1, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert})
+	a := start(t, ctx, 1, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert}, "")
 	a.wait(t, "node running cluster=unit")
 	caPEM, err := os.ReadFile(a.mgr.pkiFiles().CA())
 	if err != nil {
@@ -143,7 +150,7 @@ func TestJoinInProcess(t *testing.T) {
 	}
 
 	tb := mint()
-	b := start(t, ctx, 2, &enrolment.Enrolment{ClusterName: "unit", Ticket: tb})
+	b := start(t, ctx, 2, &enrolment.Enrolment{ClusterName: "unit", Ticket: tb}, "")
 	b.wait(t, "this node stays a learner until a third node joins")
 	b.wait(t, "node running cluster=unit")
 
@@ -158,7 +165,8 @@ func TestJoinInProcess(t *testing.T) {
 		t.Errorf("checking a used ticket: %v, want a refusal", err)
 	}
 
-	c := start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: mint()})
+	tc := mint()
+	c := start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: tc}, "")
 	c.wait(t, "node running cluster=unit")
 	b.wait(t, "promoted to voter")
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
@@ -190,10 +198,52 @@ func TestJoinInProcess(t *testing.T) {
 	if get, err := cc.Get(ctx, "k"); err != nil || len(get.Kvs) != 1 {
 		t.Errorf("get through the third member = %v, %v", get, err)
 	}
+
+	// The owner removes C while it is down: when it starts again, its
+	// peers tell it, and it stays down.
+	name := c.mgr.nodeName(t)
+	c.stop()
+	<-c.done
+	if _, err := admin.RemoveNode(ctx, cl, name); err != nil {
+		t.Fatal(err)
+	}
+	c = start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: tc}, c.dir)
+	c.wait(t, "state New -> Restarting")
+	c.wait(t, "node failed: removed from cluster unit")
+
+	// The owner removes B: its peers tell it so when it asks.
+	statusOf := func(m *member) (bool, error) {
+		f := m.mgr.pkiFiles()
+		cert, err := tls.LoadX509KeyPair(f.Cert(), f.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return join.Status(ctx, []string{"127.0.0.1:7834"}, ca, cert)
+	}
+	if removed, err := statusOf(b); removed || err != nil {
+		t.Errorf("status of a member = %v, %v; want not removed", removed, err)
+	}
+	if _, err := admin.RemoveNode(ctx, cl, b.mgr.nodeName(t)); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, "node failed: removed from cluster unit")
+	if removed, err := statusOf(b); !removed || err != nil {
+		t.Errorf("status of a removed member = %v, %v; want removed", removed, err)
+	}
+
 	cancel()
 	for _, m := range []*member{a, b, c} {
 		if err := <-m.done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("member %s: %v", m.ip, err)
 		}
 	}
+}
+
+// nodeName reads the node's name from its record.
+func (mg *Manager) nodeName(t *testing.T) string {
+	r, err := readRecord(mg.dataRecord())
+	if err != nil || r == nil {
+		t.Fatalf("reading the node state record: %v", err)
+	}
+	return r.Node
 }

@@ -93,12 +93,16 @@ func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Con
 			continue
 		}
 		if removed {
-			cancel()
-			if r := <-done; r.c != nil {
-				r.c.Close()
-			}
+			// etcd stops in the background: closing a member that
+			// cannot reach its peers can take long.
+			go func() {
+				if r := <-done; r.c != nil {
+					r.c.Close()
+				}
+			}()
 			return nil, errRemoved(rec.Cluster)
 		}
+		mg.log.Info("etcd is not ready yet; the peers still count this node as a member")
 	}
 }
 
