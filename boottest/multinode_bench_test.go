@@ -4,7 +4,6 @@ package boottest
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -80,7 +79,7 @@ func BenchmarkMultiNode(b *testing.B) {
 	b.Logf("leader power cut to writes accepted again: %.2f s (target 3 s); idle node RSS MiB: %v", recovery.Seconds(), rss)
 }
 
-// putLatency returns the p50 and p99 of putRuns puts through n, in ms.
+// putLatency returns the p50 and p99 of puts through n, in ms.
 func putLatency(b *testing.B, c *multinode.Cluster, n *multinode.Node) [2]float64 {
 	cl, err := c.Client()
 	if err != nil {
@@ -88,19 +87,7 @@ func putLatency(b *testing.B, c *multinode.Cluster, n *multinode.Node) [2]float6
 	}
 	defer cl.Close()
 	cl.SetEndpoints("https://" + n.Endpoint())
-	var lat []float64
-	for i := range putRuns {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		start := time.Now()
-		_, err := cl.Put(ctx, "bench", fmt.Sprint(i))
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(start).Seconds()*1000)
-	}
-	slices.Sort(lat)
-	return [2]float64{lat[len(lat)/2], lat[len(lat)*99/100]}
+	return putTimes(b, cl)
 }
 
 // voterAt returns the time from n's QEMU start until the cluster lists it

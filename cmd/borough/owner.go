@@ -1,15 +1,10 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"os"
 	"path/filepath"
 	"time"
@@ -56,34 +51,11 @@ func ownerInit(stdout io.Writer, name string, force bool) error {
 	if _, err := os.Stat(ownerKeyPath()); err == nil && !force {
 		return fmt.Errorf("%s exists; --force replaces it (clusters that trust the old certificate will refuse the new one)", ownerKeyPath())
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	owner, err := pki.NewOwner(name, time.Now())
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return err
-	}
-	// A leaf, not a CA: clusters put it among their trusted roots, and a
-	// CA there could vouch for any certificate it signs.
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"Borough owner"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return err
-	}
+	cert, key := owner.Cert, owner.Key
 	keyPEM, err := pki.KeyPEM(key)
 	if err != nil {
 		return err

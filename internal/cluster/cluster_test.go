@@ -8,10 +8,8 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -97,19 +95,13 @@ func start(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment, dir
 	return m
 }
 
-// ownerIdentity makes an owner certificate and key, as `borough owner
-// init` does.
+// ownerIdentity makes an owner certificate and key.
 func ownerIdentity(t *testing.T) (*x509.Certificate, tls.Certificate) {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(42), Subject: pkix.Name{CommonName: "owner"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	o, err := pki.NewOwner("owner", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, _ := x509.ParseCertificate(der)
-	return cert, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return o.Cert, tls.Certificate{Certificate: [][]byte{o.Cert.Raw}, PrivateKey: o.Key}
 }
 
 // TestJoinInProcess runs three members with real etcd on loopback

@@ -1,11 +1,12 @@
 // Package consensus runs the node's embedded etcd member, with its data on
 // the encrypted data volume.
 //
-//	remote clients ──TLS, client cert of the cluster CA or the owner──▶ :2379 ─┐
+//	the owner ──TLS, the owner's certificate (nothing else)───────────▶ :2379 ─┐
 //	local clients (this node) ──unix socket──────────────────────────▶ sock ──┼─ etcd
 //	other members ──TLS, cluster CA cert, not in the CRL──────────────▶ :2380 ─┘
 //
-// Certificates and the CRL are files in a PKI directory (Files), which the
+// Certificates and the CRL are files in a PKI directory (Files, whose
+// Write says why the client port trusts the owner alone), which the
 // cluster manager writes; etcd re-reads the DER CRL on every handshake, on
 // the peer port and on the client port, and the CRL watcher keeps that
 // file equal to the CRL stored in etcd (keyspace.CRL) once it has checked that

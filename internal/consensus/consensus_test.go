@@ -23,8 +23,9 @@ import (
 )
 
 // TestConsensus runs a real one-member etcd on loopback: the local socket
-// works, the TLS client port takes a certificate of the cluster CA and
-// refuses a stranger's, and the CRL watcher writes what is put in etcd.
+// works, the TLS client port takes the owner's certificate and refuses a
+// node's of the cluster CA and a stranger's, and the CRL watcher writes
+// what is put in etcd once it has checked it.
 func TestConsensus(t *testing.T) {
 	dir := t.TempDir()
 	files := Files{Dir: filepath.Join(dir, "pki")}
@@ -37,16 +38,10 @@ func TestConsensus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := pki.KeyPEM(node.Key)
 	crl, _ := ca.CRL(1, nil, now)
-	os.MkdirAll(files.Dir, 0o700)
-	for path, b := range map[string][]byte{
-		files.CA(): pki.CertPEM(ca.Cert), files.Cert(): append(pki.CertPEM(node.Cert), pki.CertPEM(ca.Cert)...),
-		files.Key(): key, files.Trusted(): pki.CertPEM(ca.Cert), files.CRL(): crl,
-	} {
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	owner, _ := pki.NewOwner("owner", now)
+	if err := files.Write(Bundle{CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: owner.Cert, CRL: crl}); err != nil {
+		t.Fatal(err)
 	}
 	var logs bytes.Buffer
 	t.Cleanup(func() {
@@ -103,7 +98,7 @@ func TestConsensus(t *testing.T) {
 		name string
 		cert *pki.Cert
 		ok   bool
-	}{{"cluster CA", member, true}, {"other CA", stranger, false}, {"none", nil, false}} {
+	}{{"owner", owner, true}, {"cluster CA", member, false}, {"other CA", stranger, false}, {"none", nil, false}} {
 		if err := remote(tc.cert); (err == nil) != tc.ok {
 			t.Errorf("remote client with %s certificate: err = %v, want ok %v", tc.name, err, tc.ok)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/pki"
@@ -38,17 +39,29 @@ type Bundle struct {
 	CRL []byte
 }
 
-// Write writes the bundle's files, each atomically. The client port
-// trusts the CA and the owner's certificate.
+// Write writes the bundle's files, each atomically.
+//
+// The client port trusts the owner's certificate alone, not the cluster
+// CA: members reach their own etcd through the local socket and each other
+// through the peer port, so no node certificate needs the client port,
+// and a node's identity, stolen or minted with a leaked CA key, gives no
+// access to the data through it. A cluster without an owner trusts a
+// certificate whose key was thrown away at once: etcd needs some trust
+// anchor to require client certificates, and nobody holds this one's key.
 func (f Files) Write(b Bundle) error {
 	key, err := pki.KeyPEM(b.Key)
 	if err != nil {
 		return err
 	}
-	trusted := pki.CertPEM(b.CA)
-	if b.Owner != nil {
-		trusted = append(trusted, pki.CertPEM(b.Owner)...)
+	owner := b.Owner
+	if owner == nil {
+		nobody, err := pki.NewCA("no owner", time.Now())
+		if err != nil {
+			return err
+		}
+		owner = nobody.Cert
 	}
+	trusted := pki.CertPEM(owner)
 	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
 		return err
 	}

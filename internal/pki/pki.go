@@ -85,6 +85,34 @@ func (ca *CA) Issue(name string, ips []net.IP, dns []string, now time.Time) (*Ce
 	return &Cert{Cert: cert, Key: key}, nil
 }
 
+// NewOwner makes an owner's identity: a self-signed client certificate
+// and its key. It is a leaf, not a CA: clusters put it among their trusted
+// roots, and a CA there could vouch for any certificate it signs.
+func NewOwner(name string, now time.Time) (*Cert, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: name, Organization: []string{"Borough owner"}},
+		NotBefore:             now.Add(-backdate),
+		NotAfter:              now.AddDate(10, 0, 0),
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("creating the owner certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &Cert{Cert: cert, Key: key}, nil
+}
+
 // CRL returns a DER revocation list revoking serials, numbered number.
 func (ca *CA) CRL(number int64, revoked []*big.Int, now time.Time) ([]byte, error) {
 	var entries []x509.RevocationListEntry
