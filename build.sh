@@ -16,7 +16,7 @@ size=${SIZE:-1GiB}
 packages=(
 	build-essential bc flex bison libelf-dev libssl-dev cpio linux-source-6.1
 	systemd-boot-efi ovmf qemu-system-x86 swtpm swtpm-tools
-	e2fsprogs dosfstools mtools gdisk cryptsetup-bin protobuf-compiler
+	e2fsprogs dosfstools mtools gdisk cryptsetup-bin protobuf-compiler etcd-client
 )
 
 say() { printf 'build: %s\n' "$*" >&2; }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -148,6 +149,15 @@ func (m *multi) threeVoters(t *testing.T) {
 	get, err := m.client(t, m.c.Nodes[2]).Get(ctx, "greeting")
 	if err != nil || len(get.Kvs) != 1 || string(get.Kvs[0].Value) != "put on node 1" {
 		t.Fatalf("get on node 3 = %v, %v", get, err)
+	}
+	// Debian's etcdctl (3.4) with the env `borough qemu cluster` prints.
+	cmd := exec.Command("etcdctl", "member", "list")
+	cmd.Env = append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS=https://"+strings.Join(m.c.Endpoints(), ",https://"),
+		"ETCDCTL_CACERT="+m.c.CAFile, "ETCDCTL_CERT="+filepath.Join(m.config, "owner.pem"),
+		"ETCDCTL_KEY="+filepath.Join(m.config, "owner-key.pem"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.Count(string(out), ", started, ") != 3 || strings.Count(string(out), ", false\n") != 3 {
+		t.Errorf("etcdctl member list: %v\n%s", err, out)
 	}
 	status := cli(t, "--config", m.config, "status", m.c.Nodes[1].Endpoint(), "--fingerprint", m.c.Fingerprint)
 	if strings.Count(status, "(voter") != 3 || !strings.Contains(status, "leader") {
