@@ -34,7 +34,7 @@ func TestConsensus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := ca.Issue("n1", []net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"}, now)
+	node, err := ca.Issue("n1", []net.IP{net.IPv4(127, 0, 0, 9)}, []string{"localhost"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +51,12 @@ func TestConsensus(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// Its own loopback address, apart from other packages' tests that run
+	// etcd at the same time.
+	ip := netip.MustParseAddr("127.0.0.9")
 	c, err := Start(ctx, Config{
 		Name: "n1", Cluster: "test", DataDir: filepath.Join(dir, "etcd"), PKI: files,
-		IP: netip.MustParseAddr("127.0.0.1"), Mode: ModeNew, Socket: filepath.Join(dir, "etcd.sock"),
+		IP: ip, ListenIP: ip, Mode: ModeNew, Socket: filepath.Join(dir, "etcd.sock"),
 		Log: slog.New(console.NewHandler(&logs)),
 	})
 	if err != nil {
@@ -81,7 +84,7 @@ func TestConsensus(t *testing.T) {
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{cert.Cert.Raw}, PrivateKey: cert.Key}}
 		}
-		cl, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://127.0.0.1:2379"}, TLS: cfg, DialTimeout: 5 * time.Second})
+		cl, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://127.0.0.9:2379"}, TLS: cfg, DialTimeout: 5 * time.Second})
 		if err != nil {
 			return err
 		}
