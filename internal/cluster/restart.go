@@ -66,7 +66,8 @@ const statusAfter = 10 * time.Second
 // startMember starts etcd from its data. If etcd is not ready soon, the
 // peers may be refusing the node: it asks them (package join's status)
 // every few seconds, and stops with errRemoved once one says the cluster
-// removed it.
+// removed it. It asks them too when etcd fails to start, which it does
+// when a peer that has not yet revoked the node tells it it was removed.
 func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Consensus, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -83,6 +84,12 @@ func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Con
 	for {
 		select {
 		case r := <-done:
+			// etcd also stops when a peer tells it it was removed.
+			if r.err != nil {
+				if removed, err := mg.askStatus(ctx, rec.Node); err == nil && removed {
+					return nil, errRemoved(rec.Cluster)
+				}
+			}
 			return r.c, r.err
 		case <-time.After(wait):
 		}

@@ -107,7 +107,7 @@ func (c *Consensus) checkCRL(der []byte) error {
 var errLearnerNotReady = rpctypes.Error(rpctypes.ErrGRPCLearnerNotReady)
 
 // promoteInterval is how often the autopromoter looks for learners.
-const promoteInterval = time.Second
+const promoteInterval = 250 * time.Millisecond
 
 // autopromote promotes learners, on the leader only, as promotable says.
 // etcd refuses to promote a learner that has not caught up; that is
@@ -119,7 +119,7 @@ func (c *Consensus) autopromote(ctx context.Context) error {
 			return ctx.Err()
 		case <-time.After(promoteInterval):
 		}
-		if c.etcd.Server.Leader() != c.etcd.Server.MemberID() {
+		if c.etcd.Server.Leader() != c.etcd.Server.MemberID() || !hasLearner(c.Members()) {
 			continue
 		}
 		forGood, err := c.learnersForGood(ctx)
@@ -141,6 +141,15 @@ func (c *Consensus) autopromote(ctx context.Context) error {
 			c.cfg.Log.Warn("autopromoter: promoting learner", "member", m.Name, "err", err)
 		}
 	}
+}
+
+func hasLearner(members []Member) bool {
+	for _, m := range members {
+		if m.Learner {
+			return true
+		}
+	}
+	return false
 }
 
 // learnersForGood returns the names of nodes that joined as learners for
