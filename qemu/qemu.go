@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/borough-os/borough/internal/fwcfg"
@@ -227,6 +228,9 @@ func (o *Options) startSwtpm(ctx context.Context) (*exec.Cmd, error) {
 		"--terminate")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
+	// The TPM lives as long as its VM, not as long as the terminal's
+	// patience: QEMU ends it (--terminate).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("qemu: starting swtpm (apt-get install swtpm): %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -75,6 +76,9 @@ func Start(ctx context.Context, opts Options) (*VM, error) {
 	} else {
 		vm.cmd.Stdout = vm.console
 		vm.cmd.Stderr = &vm.stderr
+		// A headless VM is not the terminal's: Ctrl-C there is for the
+		// program that started it, which may power it off cleanly.
+		vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
 	opts.Logf("qemu: booting %s (%s disk, %s, %d MiB%s)", opts.Image, opts.Disk, accel, opts.MemoryMiB, tpmNote(opts.TPM))
 	vm.started = time.Now()

@@ -380,9 +380,13 @@ func (c *Cluster) boot(ctx context.Context, n *Node, cfg string) error {
 }
 
 // Start boots n's VM with the enrolment config at cfg, without waiting.
+// The VM outlives ctx: Kill or PowerOff end it.
 func (c *Cluster) Start(ctx context.Context, n *Node, cfg string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	n.opts.FwCfg, n.opts.TestParams = cfg, n.TestParams
-	vm, err := qemu.Start(ctx, n.opts)
+	vm, err := qemu.Start(context.Background(), n.opts)
 	if err != nil {
 		return fmt.Errorf("node %d: %w", n.Index+1, err)
 	}
