@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,7 +23,6 @@ import (
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/keyspace"
-	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/qemu/multinode"
@@ -518,20 +516,15 @@ func (m *multi) awaitVoter(t *testing.T, name string) {
 func (m *multi) revocation(t *testing.T) {
 	cl := m.client(t, m.c.Nodes[0])
 	ctx := timeout(t, 2*time.Minute)
-	resp, err := cl.Txn(ctx).Then(clientv3.OpGet(keyspace.CACert), clientv3.OpGet(keyspace.CAKey)).Commit()
+	ca, err := keyspace.ReadCA(ctx, cl)
 	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err1 := pki.ParseCertPEM(resp.Responses[0].GetResponseRange().Kvs[0].Value)
-	caKey, err2 := pki.ParseKeyPEM(resp.Responses[1].GetResponseRange().Kvs[0].Value)
-	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
 	const name = "node-5701e000"
 	// The peer port checks the certificate's address against the
 	// connection's: QEMU's user network makes the host 10.0.2.2.
 	ips := []net.IP{net.IPv4(10, 0, 2, 2), net.IPv4(127, 0, 0, 1)}
-	stolen, err := (&pki.CA{Cert: caCert, Key: caKey}).Issue(name, ips, []string{name}, time.Now())
+	stolen, err := ca.Issue(name, ips, []string{name}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams) (*enrol
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster: %w", err)
 	}
-	name, caPEM := firstValue(resp, 0), firstValue(resp, 1)
+	name, caPEM := keyspace.Value(resp, 0), keyspace.Value(resp, 1)
 	ca, err := pki.ParseCertPEM(caPEM)
 	if err != nil {
 		return nil, fmt.Errorf("the cluster CA in etcd: %w", err)
@@ -89,13 +89,6 @@ func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams) (*enrol
 		return nil, fmt.Errorf("the cluster already has a ticket %x; try again", t.GetId())
 	}
 	return t, nil
-}
-
-func firstValue(resp *clientv3.TxnResponse, i int) []byte {
-	if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
-		return kvs[0].Value
-	}
-	return nil
 }
 
 // joinEndpoints lists the voters' join endpoints, from their peer URLs.
@@ -195,32 +188,26 @@ func revoke(ctx context.Context, c *clientv3.Client, serialsHex []string) error 
 		}
 		serials = append(serials, s)
 	}
-	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.CACert), clientv3.OpGet(keyspace.CAKey), clientv3.OpGet(keyspace.CRL)).Commit()
+	ca, err := keyspace.ReadCA(ctx, c)
 	if err != nil {
 		return err
 	}
-	caCert, err := pki.ParseCertPEM(firstValue(resp, 0))
+	resp, err := c.Get(ctx, keyspace.CRL)
 	if err != nil {
-		return fmt.Errorf("the cluster CA in etcd: %w", err)
+		return err
 	}
-	caKey, err := pki.ParseKeyPEM(firstValue(resp, 1))
-	if err != nil {
-		return fmt.Errorf("the cluster CA key in etcd: %w", err)
-	}
-	crlKV := resp.Responses[2].GetResponseRange().Kvs
-	if len(crlKV) != 1 {
+	if len(resp.Kvs) != 1 {
 		return fmt.Errorf("the cluster has no CRL")
 	}
-	current, err := pki.ParseCRL(crlKV[0].Value, caCert)
+	current, err := pki.ParseCRL(resp.Kvs[0].Value, ca.Cert)
 	if err != nil {
 		return err
 	}
-	ca := &pki.CA{Cert: caCert, Key: caKey}
 	der, err := ca.Revoke(current, serials, time.Now())
 	if err != nil {
 		return err
 	}
-	put, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyspace.CRL), "=", crlKV[0].ModRevision)).
+	put, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyspace.CRL), "=", resp.Kvs[0].ModRevision)).
 		Then(clientv3.OpPut(keyspace.CRL, string(der))).Commit()
 	if err != nil {
 		return fmt.Errorf("storing the CRL: %w", err)

@@ -98,35 +98,8 @@ func (mg *Manager) announceMove(ctx context.Context, c *consensus.Consensus, nam
 		if _, err := c.Client.MemberUpdate(ctx, c.MemberID(), []string{peer.String()}); err != nil {
 			return fmt.Errorf("updating the peer URL: %w", err)
 		}
-		return addSerial(ctx, c.Client, name, serial)
+		return keyspace.AddSerial(ctx, c.Client, name, serial, false)
 	})
-}
-
-// addSerial adds a certificate serial to a node's record.
-func addSerial(ctx context.Context, c *clientv3.Client, name, serial string) error {
-	key := keyspace.Nodes + name
-	resp, err := c.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	if len(resp.Kvs) != 1 {
-		return errors.New("the cluster has no record of this node")
-	}
-	r, err := keyspace.ParseNodeRecord(resp.Kvs[0].Value)
-	if err != nil {
-		return err
-	}
-	r.Serials = append(r.Serials, serial)
-	b, err := r.Marshal()
-	if err != nil {
-		return err
-	}
-	txn, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
-		Then(clientv3.OpPut(key, string(b))).Commit()
-	if err == nil && !txn.Succeeded {
-		err = errors.New("the node's record changed meanwhile")
-	}
-	return err
 }
 
 // keepCAKey keeps a copy of the cluster CA's key on the data volume, once

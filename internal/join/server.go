@@ -165,7 +165,7 @@ func (s *Server) removed(ctx context.Context, chain []*x509.Certificate) (bool, 
 	if len(chain) == 0 {
 		return false, refuse("present the node's certificate")
 	}
-	ca, err := s.ca(ctx)
+	ca, err := keyspace.ReadCA(ctx, s.Client)
 	if err != nil {
 		return false, err
 	}
@@ -210,7 +210,7 @@ func (s *Server) record(ctx context.Context, req *joinpb.JoinRequest) (*joinpb.T
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the ticket: %w", err)
 	}
-	if name := string(firstValue(resp, 0)); name != req.GetClusterName() {
+	if name := string(keyspace.Value(resp, 0)); name != req.GetClusterName() {
 		return nil, 0, refuse("this is cluster %s, the ticket is for cluster %q", name, req.GetClusterName())
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
@@ -222,13 +222,6 @@ func (s *Server) record(ctx context.Context, req *joinpb.JoinRequest) (*joinpb.T
 		return nil, 0, fmt.Errorf("the cluster's record of the ticket is damaged: %w", err)
 	}
 	return &rec, kvs[0].ModRevision, nil
-}
-
-func firstValue(resp *clientv3.TxnResponse, i int) []byte {
-	if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
-		return kvs[0].Value
-	}
-	return nil
 }
 
 // check says whether a fresh node may use the ticket, without claiming it.
@@ -254,7 +247,7 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 	if err != nil {
 		return nil, err
 	}
-	ca, err := s.ca(ctx)
+	ca, err := keyspace.ReadCA(ctx, s.Client)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +260,7 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 	if err != nil {
 		return nil, err
 	}
-	if err := s.recordNode(ctx, name, cert.SerialNumber.Text(16), rec.GetLearnerForGood()); err != nil {
+	if err := keyspace.AddSerial(ctx, s.Client, name, cert.SerialNumber.Text(16), rec.GetLearnerForGood()); err != nil {
 		return nil, err
 	}
 	resp, err := s.answer(ctx, ca)
@@ -340,23 +333,6 @@ func (s *Server) claim(ctx context.Context, req *joinpb.JoinRequest, csr *x509.C
 	return claimed, nil
 }
 
-// ca reads the cluster CA from etcd.
-func (s *Server) ca(ctx context.Context) (*pki.CA, error) {
-	resp, err := s.Client.Txn(ctx).Then(clientv3.OpGet(keyspace.CACert), clientv3.OpGet(keyspace.CAKey)).Commit()
-	if err != nil {
-		return nil, fmt.Errorf("reading the cluster CA: %w", err)
-	}
-	cert, err := pki.ParseCertPEM(firstValue(resp, 0))
-	if err != nil {
-		return nil, fmt.Errorf("the cluster CA certificate in etcd: %w", err)
-	}
-	key, err := pki.ParseKeyPEM(firstValue(resp, 1))
-	if err != nil {
-		return nil, fmt.Errorf("the cluster CA key in etcd: %w", err)
-	}
-	return &pki.CA{Cert: cert, Key: key}, nil
-}
-
 // addLearner adds the node as a learner at peerURL, or finds it if an
 // earlier attempt added it.
 func (s *Server) addLearner(ctx context.Context, name, peerURL string) (uint64, error) {
@@ -385,38 +361,6 @@ func (s *Server) addLearner(ctx context.Context, name, peerURL string) (uint64, 
 	return 0, fmt.Errorf("etcd says %s is taken, but no member has it", peerURL)
 }
 
-// recordNode adds a certificate's serial to the node's record, creating
-// the record on the node's first try.
-func (s *Server) recordNode(ctx context.Context, name, serial string, learner bool) error {
-	resp, err := s.Client.Get(ctx, keyspace.Nodes+name)
-	if err != nil {
-		return fmt.Errorf("reading the record of node %s: %w", name, err)
-	}
-	r := keyspace.NodeRecord{Learner: learner}
-	rev := int64(0)
-	if len(resp.Kvs) == 1 {
-		if r, err = keyspace.ParseNodeRecord(resp.Kvs[0].Value); err != nil {
-			return fmt.Errorf("the record of node %s: %w", name, err)
-		}
-		rev = resp.Kvs[0].ModRevision
-	}
-	r.Serials = append(r.Serials, serial)
-	b, err := r.Marshal()
-	if err != nil {
-		return err
-	}
-	key := keyspace.Nodes + name
-	txn, err := s.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, string(b))).Commit()
-	if err != nil {
-		return fmt.Errorf("recording node %s: %w", name, err)
-	}
-	if !txn.Succeeded {
-		return fmt.Errorf("the record of node %s changed meanwhile; ask again", name)
-	}
-	return nil
-}
-
 // answer collects what a joining node needs to know of the cluster.
 func (s *Server) answer(ctx context.Context, ca *pki.CA) (*joinpb.JoinResponse, error) {
 	resp, err := s.Client.Txn(ctx).Then(
@@ -425,8 +369,8 @@ func (s *Server) answer(ctx context.Context, ca *pki.CA) (*joinpb.JoinResponse, 
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster's state: %w", err)
 	}
-	out := &joinpb.JoinResponse{CaCertificate: ca.Cert.Raw, Crl: firstValue(resp, 0), ClusterName: string(firstValue(resp, 2))}
-	if b := firstValue(resp, 1); b != nil {
+	out := &joinpb.JoinResponse{CaCertificate: ca.Cert.Raw, Crl: keyspace.Value(resp, 0), ClusterName: string(keyspace.Value(resp, 2))}
+	if b := keyspace.Value(resp, 1); b != nil {
 		owner, err := pki.ParseCertPEM(b)
 		if err != nil {
 			return nil, fmt.Errorf("the owner certificate in etcd: %w", err)
