@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/enrolment"
@@ -31,8 +32,7 @@ func (mg *Manager) Preflight(ctx context.Context, espRoot string, e *enrolment.E
 	if e.Ticket == nil {
 		return nil
 	}
-	mg.cfg.ESPRoot = espRoot
-	if rec, err := readRecord(mg.espRecord()); err != nil || rec != nil {
+	if rec, err := readRecord(esp.NodeState.In(espRoot)); err != nil || rec != nil {
 		return err
 	}
 	mg.log.Info("checking the join ticket", "cluster", e.Ticket.GetClusterName(), "endpoints", e.Ticket.GetJoinEndpoints())
@@ -160,7 +160,7 @@ func (mg *Manager) awaitRole(ctx context.Context, c *consensus.Consensus) (strin
 			mg.log.Info("this node joined as a learner for good: it holds the data but never votes")
 			return "learner", nil
 		}
-		if keptLearner(c.Members()) {
+		if consensus.KeepsLearners(c.Members()) {
 			mg.log.Info("this node stays a learner until a third node joins: " +
 				"two voters would stop all writes when either one fails")
 			return "learner", nil
@@ -181,18 +181,6 @@ func (mg *Manager) awaitRole(ctx context.Context, c *consensus.Consensus) (strin
 func (mg *Manager) learnerForGood() bool {
 	t := mg.cfg.Enrolment.Ticket
 	return t != nil && t.GetRole() == enrolmentpb.Role_ROLE_LEARNER
-}
-
-// keptLearner says whether the promotion policy keeps learners as they
-// are: fewer than three voters and learners that would vote.
-func keptLearner(members []consensus.Member) bool {
-	n := 0
-	for _, m := range members {
-		if !m.Learner || m.Name != "" {
-			n++
-		}
-	}
-	return n < 3
 }
 
 // reportPromotion logs when a learner becomes a voter.

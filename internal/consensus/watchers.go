@@ -174,8 +174,18 @@ func (c *Consensus) learnersForGood(ctx context.Context) (map[string]bool, error
 // are not learners for good count as pending; one is promoted when voters
 // and pending learners make at least three.
 func promotable(members []Member, forGood map[string]bool) (Member, bool) {
-	voters := 0
-	var pending []Member
+	voters, pending := count(members, forGood)
+	if len(pending) == 0 || voters+len(pending) < minVoters {
+		return Member{}, false
+	}
+	return pending[0], true
+}
+
+// minVoters is the fewest voters the policy promotes learners to.
+const minVoters = 3
+
+// count returns the voters and the learners that would vote.
+func count(members []Member, forGood map[string]bool) (voters int, pending []Member) {
 	for _, m := range members {
 		switch {
 		case !m.Learner:
@@ -184,8 +194,13 @@ func promotable(members []Member, forGood map[string]bool) (Member, bool) {
 			pending = append(pending, m)
 		}
 	}
-	if len(pending) == 0 || voters+len(pending) < 3 {
-		return Member{}, false
-	}
-	return pending[0], true
+	return voters, pending
+}
+
+// KeepsLearners says whether the policy keeps the cluster's learners as
+// they are until more nodes join: a learner asks, as it cannot read which
+// learners are learners for good, and counts them all as would-be voters.
+func KeepsLearners(members []Member) bool {
+	voters, pending := count(members, nil)
+	return voters+len(pending) < minVoters
 }
