@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,21 +86,9 @@ func pinCA(node, fingerprint string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// The chain is checked below, against the fingerprint.
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", node,
-		&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{kp}})
-	if err != nil {
-		return "", fmt.Errorf("connecting to %s: %w", node, err)
-	}
-	chain := conn.ConnectionState().PeerCertificates
-	conn.Close()
-	host, _, err := net.SplitHostPort(node)
+	ca, err := admin.FetchCA(node, fingerprint, kp)
 	if err != nil {
 		return "", err
-	}
-	ca, err := pki.VerifyPinned(chain, fingerprint, host)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", node, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", err

@@ -46,6 +46,29 @@ func Connect(endpoints []string, ca *x509.Certificate, owner tls.Certificate) (*
 	})
 }
 
+// FetchCA learns the cluster CA from the node at endpoint ("host:port"),
+// trusting it only if it has the fingerprint the owner got out of band
+// (the node's console) and the node's certificate verifies against it.
+func FetchCA(endpoint, fingerprint string, owner tls.Certificate) (*x509.Certificate, error) {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", endpoint,
+		// The chain is verified below, against the fingerprint.
+		&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{owner}})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", endpoint, err)
+	}
+	chain := conn.ConnectionState().PeerCertificates
+	conn.Close()
+	ca, err := pki.VerifyPinned(chain, fingerprint, host)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", endpoint, err)
+	}
+	return ca, nil
+}
+
 // TicketParams say what ticket to mint; the cluster supplies the rest.
 type TicketParams struct {
 	TTL           time.Duration

@@ -439,15 +439,7 @@ func (c *Cluster) restart(ctx context.Context, st state) error {
 // pin learns the CA from node 1's client port, checked against the
 // fingerprint it printed, and keeps it in the state directory.
 func (c *Cluster) pin(fingerprint string) error {
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", c.Nodes[0].Endpoint(),
-		// The chain is verified below, against the fingerprint.
-		&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{c.owner}})
-	if err != nil {
-		return fmt.Errorf("connecting to node 1: %w", err)
-	}
-	chain := conn.ConnectionState().PeerCertificates
-	conn.Close()
-	ca, err := pki.VerifyPinned(chain, fingerprint, "127.0.0.1")
+	ca, err := admin.FetchCA(c.Nodes[0].Endpoint(), fingerprint, c.owner)
 	if err != nil {
 		return fmt.Errorf("node 1: %w", err)
 	}
