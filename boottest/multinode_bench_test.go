@@ -110,9 +110,8 @@ func putLatency(b *testing.B, c *multinode.Cluster, n *multinode.Node) [2]float6
 // a joining node says `node running` only then (its role in the line),
 // unless the promotion policy keeps it a learner, which fails here.
 func voterAt(b *testing.B, n *multinode.Node) time.Duration {
-	lines := regexp.MustCompile(multinode.Running+` .* role=(\w+)`).FindAllStringSubmatch(n.VM.Console(), -1)
-	if lines == nil || lines[len(lines)-1][1] != "voter" {
-		b.Fatalf("%s runs, but not as a voter: %v", n.Name, lines)
+	if !strings.Contains(n.RunningLine, " role=voter") {
+		b.Fatalf("%s runs, but not as a voter: %q", n.Name, n.RunningLine)
 	}
 	return n.RunningAt
 }

@@ -136,14 +136,38 @@ func (vm *VM) Tail(n int) string {
 // fails with an *Error if the timeout passes or QEMU exits first.
 func (vm *VM) WaitFor(s string, timeout time.Duration) (time.Duration, error) {
 	vm.opts.Logf("qemu: waiting up to %v for %q", timeout, s)
+	t, err := vm.find(s, timeout)
+	if err == nil {
+		vm.opts.Logf("qemu: saw %q at %.1f s", s, t.Seconds())
+	}
+	return t, err
+}
+
+// WaitLine waits as WaitFor does for s, then for the end of its line (the
+// console may deliver a line in pieces), and returns the whole line and
+// the time s appeared.
+func (vm *VM) WaitLine(s string, timeout time.Duration) (string, time.Duration, error) {
+	t, err := vm.WaitFor(s, timeout)
+	if err != nil {
+		return "", 0, err
+	}
+	end := vm.cursor
+	if _, err := vm.find("\n", timeout); err != nil {
+		return "", 0, err
+	}
+	text := vm.console.String()
+	start := strings.LastIndex(text[:end], "\n") + 1
+	return text[start : vm.cursor-1], t, nil
+}
+
+// find moves the cursor past the next s, waiting up to timeout.
+func (vm *VM) find(s string, timeout time.Duration) (time.Duration, error) {
 	deadline := time.After(timeout)
 	for {
 		text, changed := vm.console.snapshot()
 		if i := strings.Index(text[vm.cursor:], s); i >= 0 {
 			vm.cursor += i + len(s)
-			t := vm.Since()
-			vm.opts.Logf("qemu: saw %q at %.1f s", s, t.Seconds())
-			return t, nil
+			return vm.Since(), nil
 		}
 		select {
 		case <-changed:

@@ -106,9 +106,11 @@ type Node struct {
 	LAN                  netip.Addr
 	// TestParams are passed to the node's next boots (qemu.Options).
 	TestParams string
-	// RunningAt is the time from QEMU's start to `node running`.
-	RunningAt time.Duration
-	opts      qemu.Options
+	// RunningAt is the time from QEMU's start to `node running`, and
+	// RunningLine that line.
+	RunningAt   time.Duration
+	RunningLine string
+	opts        qemu.Options
 }
 
 // Endpoint is the node's client endpoint on the host.
@@ -396,22 +398,15 @@ func (c *Cluster) Start(ctx context.Context, n *Node, cfg string) error {
 
 // WaitRunning waits until n says `node running` and learns its name.
 func (c *Cluster) WaitRunning(n *Node) error {
-	at, err := n.VM.WaitFor(Running, RunTimeout)
+	line, at, err := n.VM.WaitLine(Running, RunTimeout)
 	if err != nil {
 		return fmt.Errorf("node %d: %w", n.Index+1, err)
 	}
-	n.RunningAt = at
-	// The rest of the line may still be on its way.
-	re := regexp.MustCompile(Running + ` cluster=\S+ member=(node-[0-9a-f]{8})`)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if m := re.FindAllStringSubmatch(n.VM.Console(), -1); m != nil {
-			n.Name = m[len(m)-1][1]
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("node %d said it runs without its name", n.Index+1)
-		}
+	m := regexp.MustCompile(` member=(node-[0-9a-f]{8})`).FindStringSubmatch(line)
+	if m == nil {
+		return fmt.Errorf("node %d said it runs without its name: %q", n.Index+1, line)
 	}
+	n.RunningAt, n.RunningLine, n.Name = at, line, m[1]
 	c.opts.Logf("node%d: %s running", n.Index+1, n.Name)
 	return nil
 }
