@@ -94,7 +94,7 @@ func (mg *Manager) localCA() (*pki.CA, error) {
 // new certificate's serial, retrying until it succeeds or ctx ends.
 func (mg *Manager) announceMove(ctx context.Context, c *consensus.Consensus, name, serial string) error {
 	peer := url.URL{Scheme: "https", Host: net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.PeerPort))}
-	return retry(ctx, mg.log, "telling the cluster the node's new address", func(error) bool { return false }, func() error {
+	return retry(ctx, mg.log, "telling the cluster the node's new address", never, func() error {
 		if _, err := c.Client.MemberUpdate(ctx, c.MemberID(), []string{peer.String()}); err != nil {
 			return fmt.Errorf("updating the peer URL: %w", err)
 		}
@@ -109,7 +109,7 @@ func (mg *Manager) keepCAKey(ctx context.Context, c *consensus.Consensus) error 
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
-	return retry(ctx, mg.log, "keeping a copy of the cluster CA key", func(error) bool { return false }, func() error {
+	return retry(ctx, mg.log, "keeping a copy of the cluster CA key", never, func() error {
 		resp, err := c.Client.Get(ctx, keyspace.CAKey, clientv3.WithSerializable())
 		if err != nil {
 			return err

@@ -247,6 +247,9 @@ func (mg *Manager) caFingerprint() string {
 	return pki.Fingerprint(ca)
 }
 
+// never is retry's final for errors that are all worth retrying.
+func never(error) bool { return false }
+
 // retry runs fn until it succeeds, fails for good (final says which), or
 // ctx ends, waiting longer after each failure and logging it.
 func retry(ctx context.Context, log *slog.Logger, what string, final func(error) bool, fn func() error) error {

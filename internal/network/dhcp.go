@@ -80,8 +80,8 @@ func retryAfter(now, deadline time.Time) time.Duration {
 
 // run renews the lease until ctx ends: a unicast renewal from T1, a new
 // request (broadcast) from T2, each retried with backoff; at expiry the
-// address is removed (its lifetime also makes the kernel drop it) and the
-// link keeps asking for a lease.
+// kernel drops the address (its lifetime is the lease's) and the link
+// keeps asking for a lease.
 func (d *dhcpLink) run(ctx context.Context) error {
 	for {
 		t1, t2, expiry := times(d.lease)
@@ -127,16 +127,13 @@ func (d *dhcpLink) run(ctx context.Context) error {
 	}
 }
 
-// expire removes an expired lease's address, once.
+// expire notes, once, that the lease ended: the kernel has dropped the
+// address at the end of its lifetime, which apply set to the lease's.
 func (d *dhcpLink) expire() {
 	if !d.ip.IsValid() {
 		return
 	}
-	d.log.Error("DHCP lease expired: address removed; asking for a new lease", "address", d.ip)
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: d.ip.AsSlice(), Mask: net.CIDRMask(32, 32)}}
-	if err := netlink.AddrDel(d.link, addr); err != nil && !errors.Is(err, net.ErrClosed) {
-		d.log.Warn("removing expired address", "err", err)
-	}
+	d.log.Error("DHCP lease expired: address gone; asking for a new lease", "address", d.ip)
 	d.ip = netip.Addr{}
 }
 
