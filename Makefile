@@ -7,7 +7,7 @@ OUT ?= out
 GO ?= go
 export BOROUGH_OUT := $(abspath $(OUT))
 
-.PHONY: image run test unit boot check-image reproducible bench lint clean
+.PHONY: image run test unit boot check-image check-release reproducible bench lint clean
 
 image:
 	OUT=$(OUT) ./build.sh
@@ -15,7 +15,7 @@ image:
 run: image
 	qemu/run.sh $(OUT)/borough.img
 
-test: lint unit boot check-image reproducible
+test: lint unit boot check-image check-release reproducible
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -33,6 +33,14 @@ boot: image
 check-image: image
 	@report=$$(sgdisk -v $(OUT)/borough.img); echo "$$report"; \
 		grep -q 'No problems found' <<<"$$report"
+
+# The image users get has no test hooks: its node and init binaries, which
+# the image carries, must not even name them.
+check-release: image
+	@if grep -l 'borough\.test' $(OUT)/node $(OUT)/init; then \
+		echo "release binaries above contain borough.test strings (test hooks)"; exit 1; fi
+	@grep -q 'borough\.test' $(OUT)/test/node || { echo "the test build has no test hooks"; exit 1; }
+	@echo "check-release: no test hooks in the release image's binaries"
 
 # Two builds from the same checkout must give byte-identical images.
 reproducible: image

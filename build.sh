@@ -17,6 +17,7 @@ packages=(
 	build-essential bc flex bison libelf-dev libssl-dev cpio linux-source-6.1
 	systemd-boot-efi ovmf qemu-system-x86 swtpm swtpm-tools
 	e2fsprogs dosfstools mtools gdisk cryptsetup-bin protobuf-compiler etcd-client
+	sbsigntool efitools
 )
 
 say() { printf 'build: %s\n' "$*" >&2; }
@@ -58,6 +59,13 @@ fi
 version=$(git describe --always --dirty 2>/dev/null || echo dev)
 "$out/bin/borough" image build --kernel "$out/vmlinuz" --init "$out/init" --node "$out/node" \
 	--out "$out" --size "$size" --version "$version"
+
+# The image boot tests use: the same kernel and init, and a node built
+# with its test hooks (node/testhooks.go). Users get $out/borough.img.
+say "node, test build"
+CGO_ENABLED=0 go build -tags boroughtest -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$out/test/node" ./node
+"$out/bin/borough" image build --kernel "$out/vmlinuz" --init "$out/init" --node "$out/test/node" \
+	--out "$out/test" --size "$size" --version "$version-test"
 
 img=$out/borough.img
 say "done in $((SECONDS - start)) s: $img ($(du -h --apparent-size "$img" | cut -f1) apparent, $(du -h "$img" | cut -f1) allocated)"

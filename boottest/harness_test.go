@@ -23,7 +23,8 @@ const (
 	powerTimeout = 60 * time.Second
 )
 
-// outDir is the build output: vmlinuz, initramfs.cpio.zst, node.cpio.zst.
+// outDir is the build output: vmlinuz, the release image borough.img, and
+// test/ with the test build's initramfs.cpio.zst and node.cpio.zst.
 func outDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("BOROUGH_OUT")
@@ -46,15 +47,27 @@ func read(t testing.TB, path string) []byte {
 	return b
 }
 
+// testOut is the test build's output (build.sh): the node with its test
+// hooks, and an initramfs whose init verifies that node.
+func testOut(t testing.TB) string {
+	return filepath.Join(outDir(t), "test")
+}
+
 // buildImage builds a disk image in a temporary directory whose kernel
-// command line has params appended, with the given initramfs and the built
-// node payload on its ESP.
+// command line has params appended, with the given initramfs and the test
+// build's node payload on its ESP.
 func buildImage(t testing.TB, initramfs []byte, params ...string) string {
 	t.Helper()
-	out := outDir(t)
+	return writeImage(t, bootBinary(t, initramfs, params...), nil)
+}
+
+// bootBinary builds a boot binary with the given initramfs, its kernel
+// command line with params appended.
+func bootBinary(t testing.TB, initramfs []byte, params ...string) []byte {
+	t.Helper()
 	boot, err := image.BootBinary(image.BootParams{
 		Stub:      read(t, uki.DebianStub),
-		Kernel:    read(t, filepath.Join(out, "vmlinuz")),
+		Kernel:    read(t, filepath.Join(outDir(t), "vmlinuz")),
 		Initramfs: initramfs,
 		Cmdline:   strings.Join(append([]string{image.DefaultCmdline}, params...), " "),
 		Version:   "test",
@@ -62,18 +75,26 @@ func buildImage(t testing.TB, initramfs []byte, params ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return boot
+}
+
+// writeImage writes a disk image in a temporary directory with boot, the
+// test build's node payload and Secure Boot key updates on its ESP.
+func writeImage(t testing.TB, boot []byte, updates map[string][]byte) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "borough.img")
-	payload := read(t, filepath.Join(out, "node.cpio.zst"))
-	if err := image.Build(path, image.Params{BootBinary: boot, NodePayload: payload, Size: image.DefaultSize}); err != nil {
+	payload := read(t, filepath.Join(testOut(t), "node.cpio.zst"))
+	err := image.Build(path, image.Params{BootBinary: boot, NodePayload: payload, SecureBootUpdates: updates, Size: image.DefaultSize})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-// nodeImage builds an image of the node's own initramfs.
+// nodeImage builds an image of the test build of the node.
 func nodeImage(t testing.TB, params ...string) string {
 	t.Helper()
-	return buildImage(t, read(t, filepath.Join(outDir(t), "initramfs.cpio.zst")), params...)
+	return buildImage(t, read(t, filepath.Join(testOut(t), "initramfs.cpio.zst")), params...)
 }
 
 // boot starts a VM with a NIC and progress logged to the test, and kills

@@ -34,10 +34,20 @@ const (
 	// NodeState records how far the node got, so that it never
 	// bootstraps a cluster twice.
 	NodeState File = Dir + "/node-state.json"
+	// RandomSeed is a random seed for the kernel's generator, replaced on
+	// every boot (internal/entropy).
+	RandomSeed File = Dir + "/random-seed"
 	// MemberDirectory lists the cluster's members and their last peer
 	// URLs, for a node that restarts while etcd cannot yet tell it.
 	MemberDirectory File = Dir + "/members.json"
 )
+
+// SecureBootUpdate is the signed update of Secure Boot variable key
+// (db, KEK or PK) that the node enrols when the firmware is in setup
+// mode (internal/secureboot).
+func SecureBootUpdate(key string) File {
+	return File(Dir + "/secureboot/" + key + ".auth")
+}
 
 // Dir is the directory of Borough's own files.
 const Dir = "EFI/Borough"

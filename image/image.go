@@ -14,8 +14,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -60,6 +62,10 @@ type Params struct {
 	// NodePayload, if set, is written to esp.NodePayload; the boot
 	// binary's init unpacks it and runs the node.
 	NodePayload []byte
+	// SecureBootUpdates, if set, are the owner's signed Secure Boot key
+	// updates by key name (db, KEK, PK), written to
+	// esp.SecureBootUpdate for the node to enrol in setup mode.
+	SecureBootUpdates map[string][]byte
 	// Size is the image's size in bytes: a multiple of 1 MiB, at least
 	// MinSize.
 	Size int64
@@ -180,7 +186,20 @@ func writeESP(fs filesystem.FileSystem, p Params) error {
 		return err
 	}
 	if p.NodePayload != nil {
-		return writeFile(fs, esp.NodePayload, p.NodePayload)
+		if err := writeFile(fs, esp.NodePayload, p.NodePayload); err != nil {
+			return err
+		}
+	}
+	if len(p.SecureBootUpdates) == 0 {
+		return nil
+	}
+	if err := fs.Mkdir("/" + filepath.Dir(string(esp.SecureBootUpdate("db")))); err != nil {
+		return fmt.Errorf("creating the ESP's Secure Boot directory: %w", err)
+	}
+	for _, key := range slices.Sorted(maps.Keys(p.SecureBootUpdates)) {
+		if err := writeFile(fs, esp.SecureBootUpdate(key), p.SecureBootUpdates[key]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

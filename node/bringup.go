@@ -22,7 +22,7 @@ import (
 // node's services. A bad enrolment config, network or ticket puts the
 // node in Failed before the data partition is touched: it then runs no
 // node services. An error is fatal.
-func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage) ([]supervisor.Service, error) {
+func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tpm.TPM) ([]supervisor.Service, error) {
 	mgr := cluster.New(log)
 	enrol, err := enrolment.Load(storage.ESPRoot)
 	if err != nil {
@@ -40,7 +40,11 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage) ([]su
 		mgr.Fail(err)
 		return []supervisor.Service{{Name: "network", Run: net.Run}}, nil
 	}
-	if err := mountData(log, params, st, enrol.StoragePolicy); err != nil {
+	if err := st.MountData(storage.Config{
+		TPM:    t,
+		Policy: enrol.StoragePolicy,
+		Pause:  pauseHook(log, params, "storage"),
+	}); err != nil {
 		return nil, err
 	}
 	if err := testMarker(log, params); err != nil {
@@ -75,22 +79,30 @@ func logEnrolment(log *slog.Logger, e *enrolment.Enrolment) {
 		"storage_policy", e.StoragePolicy.String())
 }
 
-// mountData opens the TPM, if there is one, and mounts the data volume.
-func mountData(log *slog.Logger, params cmdline.Params, st *storage.Storage, policy storage.TPMPolicy) error {
+// openTPM opens the machine's TPM; it returns nil if there is none.
+func openTPM(log *slog.Logger) (*tpm.TPM, error) {
 	t, err := tpm.Open()
 	switch {
 	case errors.Is(err, tpm.ErrNoTPM):
 		log.Info("no TPM found")
-		t = nil
+		return nil, nil
 	case err != nil:
-		return fmt.Errorf("opening the TPM: %w", err)
-	default:
-		log.Info("TPM 2.0 found")
-		defer t.Close()
+		return nil, fmt.Errorf("opening the TPM: %w", err)
 	}
-	return st.MountData(storage.Config{
-		TPM:    t,
-		Policy: policy,
-		Pause:  pauseHook(log, params, "storage"),
-	})
+	log.Info("TPM 2.0 found")
+	return t, nil
+}
+
+// capPCRs caps the PCRs the keys are sealed to, once bringUp is past
+// unsealing them (or failed before), and closes the TPM.
+func capPCRs(log *slog.Logger, t *tpm.TPM) error {
+	if t == nil {
+		return nil
+	}
+	defer t.Close()
+	if err := t.Cap(tpm.DefaultPCRs); err != nil {
+		return fmt.Errorf("%w: refusing to run with keys that could be unsealed again in this boot", err)
+	}
+	log.Info("PCRs capped: nothing can unseal the keys again in this boot", "pcrs", fmt.Sprint(tpm.DefaultPCRs))
+	return nil
 }

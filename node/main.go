@@ -13,11 +13,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,19 +25,18 @@ import (
 	"github.com/borough-os/borough/internal/blockdev"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/console"
-	"github.com/borough-os/borough/internal/fwcfg"
+	"github.com/borough-os/borough/internal/efivar"
+	"github.com/borough-os/borough/internal/entropy"
 	"github.com/borough-os/borough/internal/pid1"
+	"github.com/borough-os/borough/internal/secureboot"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
+	"github.com/borough-os/borough/internal/tpm"
 )
 
-// Roles of this binary, chosen by its first argument.
-const (
-	roleNode = "node"
-	// Helpers of the orphan test hook (testhooks.go).
-	roleOrphaner = "test-orphaner"
-	roleSleeper  = "test-sleeper"
-)
+// roleNode, the first argument, makes this binary the node process.
+// Test builds know more roles (testhooks.go).
+const roleNode = "node"
 
 // stopTimeout bounds how long services get to stop at shutdown.
 const stopTimeout = 10 * time.Second
@@ -47,13 +46,10 @@ func main() {
 	if len(os.Args) > 1 {
 		role = os.Args[1]
 	}
-	switch role {
-	case roleNode:
+	switch {
+	case role == roleNode:
 		os.Exit(node())
-	case roleOrphaner:
-		orphaner()
-	case roleSleeper:
-		time.Sleep(time.Second)
+	case testRole(role):
 	default:
 		fmt.Fprintln(os.Stderr, "node: Borough's init starts this program; there is nothing to do here")
 		os.Exit(2)
@@ -67,27 +63,50 @@ func node() int {
 	if err != nil {
 		return fatal(log, err)
 	}
-	if b, err := fwcfg.Read(fwcfg.TestCmdline); err == nil {
-		if ignored := params.MergeTest(string(b)); len(ignored) > 0 {
-			log.Warn("ignoring parameters in fw_cfg that are not test parameters", "params", strings.Join(ignored, ","))
-		}
-	}
+	addTestParams(log, params)
 	log.Info("node process started")
+	logSecureBoot(log)
 	logDisks(log)
 	st, err := storage.Open(log.With(console.ServiceKey, "storage"))
 	if err != nil {
 		return fatal(log, err)
 	}
-	services, err := bringUp(log, params, st)
+	if st.Fresh() {
+		if enrolled, err := secureboot.Enrol(storage.ESPRoot, efivar.Dir); err != nil {
+			return fatal(log, err)
+		} else if enrolled {
+			log.Info("enrolled the owner's Secure Boot keys (db, KEK, PK); rebooting into Secure Boot")
+			return closeAndExit(log, st, pid1.ExitReboot)
+		}
+	}
+	t, err := openTPM(log)
 	if err != nil {
 		return fatal(log, err)
 	}
-	code := run(log, params, services)
+	refreshSeed := entropy.Seed(log.With(console.ServiceKey, "entropy"), storage.ESPRoot, generator(t))
+	go refreshSeed()
+	services, err := bringUp(log, params, st, t)
+	if err := errors.Join(err, capPCRs(log, t)); err != nil {
+		return fatal(log, err)
+	}
+	return closeAndExit(log, st, run(log, params, st, services))
+}
+
+// closeAndExit unmounts storage, syncs and returns code for process 1.
+func closeAndExit(log *slog.Logger, st *storage.Storage, code int) int {
 	if err := st.Close(); err != nil {
 		log.Warn("unmounting storage", "err", err)
 	}
 	unix.Sync()
 	return code
+}
+
+// generator is t as the entropy package's generator, nil without a TPM.
+func generator(t *tpm.TPM) entropy.Generator {
+	if t == nil {
+		return nil
+	}
+	return t
 }
 
 // fatal prints the reason the node cannot go on and returns the exit code
@@ -96,6 +115,20 @@ func fatal(log *slog.Logger, err error) int {
 	log.Error("fatal: " + err.Error())
 	unix.Sync()
 	return pid1.ExitFatal
+}
+
+// logSecureBoot says whether the firmware checked the boot binary.
+func logSecureBoot(log *slog.Logger) {
+	on, err := efivar.SecureBoot(efivar.Dir)
+	switch {
+	case err != nil:
+		log.Warn("Secure Boot state unknown", "err", err)
+	case on:
+		log.Info("Secure Boot on: the firmware checked the boot binary's signature")
+	default:
+		setup, _ := efivar.SetupMode(efivar.Dir)
+		log.Warn("Secure Boot OFF: the firmware started the boot binary without checking a signature", "setup_mode", setup)
+	}
 }
 
 func logDisks(log *slog.Logger) {
@@ -114,14 +147,14 @@ func logDisks(log *slog.Logger) {
 
 // run supervises the node's services (with the power button and test
 // hooks) and returns the exit code for process 1 once they have stopped.
-func run(log *slog.Logger, params cmdline.Params, node []supervisor.Service) int {
+func run(log *slog.Logger, params cmdline.Params, st *storage.Storage, node []supervisor.Service) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	requests := make(chan int, 1)
 	go watchSignals(log, requests)
 
 	services := []supervisor.Service{powerButton(requests)}
-	services = append(services, testHooks(params)...)
+	services = append(services, testHooks(params, st)...)
 	services = append(services, node...)
 	result := make(chan error, 1)
 	go func() { result <- supervisor.Run(ctx, log, supervisor.Options{}, services...) }()

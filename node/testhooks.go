@@ -1,3 +1,11 @@
+//go:build boroughtest
+
+// The test hooks: what boot tests ask for with borough.test.* parameters,
+// in the kernel command line of a test image or through QEMU's fw_cfg.
+// Only test builds of the node (build tag boroughtest, out/test/ from
+// build.sh) have them; release.go stands in for them in the image users
+// get, and `make test` checks it has no borough.test strings.
+
 package main
 
 import (
@@ -13,15 +21,54 @@ import (
 	"strings"
 	"time"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/efivar"
+	"github.com/borough-os/borough/internal/fwcfg"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 )
 
+// Roles of the orphan test hook's helpers.
+const (
+	roleOrphaner = "test-orphaner"
+	roleSleeper  = "test-sleeper"
+)
+
+// testRole runs role if it is a test helper's and says whether it was.
+func testRole(role string) bool {
+	switch role {
+	case roleOrphaner:
+		orphaner()
+	case roleSleeper:
+		time.Sleep(time.Second)
+	default:
+		return false
+	}
+	return true
+}
+
+// addTestParams adds the borough.test.* parameters that QEMU passes for
+// one boot through fw_cfg to params.
+func addTestParams(log *slog.Logger, params cmdline.Params) {
+	b, err := fwcfg.Read(fwcfg.TestCmdline)
+	if err != nil {
+		return
+	}
+	if ignored := params.MergeTest(string(b)); len(ignored) > 0 {
+		log.Warn("ignoring parameters in fw_cfg that are not test parameters", "params", strings.Join(ignored, ","))
+	}
+}
+
 // testHooks returns the services that boot tests ask for on the kernel
 // command line. A production command line has none.
-func testHooks(params cmdline.Params) []supervisor.Service {
+func testHooks(params cmdline.Params, st *storage.Storage) []supervisor.Service {
 	var s []supervisor.Service
+	if args, ok := params[cmdline.TestBootEntry]; ok {
+		s = append(s, supervisor.Service{Name: "testhook", Run: func(ctx context.Context) error {
+			return writeBootEntry(ctx, st, args)
+		}})
+	}
 	if params.Has(cmdline.TestFatal) {
 		reason := params[cmdline.TestFatal]
 		s = append(s, supervisor.Service{Name: "testhook", Run: func(context.Context) error {
@@ -37,6 +84,38 @@ func testHooks(params cmdline.Params) []supervisor.Service {
 		}})
 	}
 	return s
+}
+
+// testBootEntry is the number of the boot entry writeBootEntry writes.
+const testBootEntry = 0x0b0b
+
+// writeBootEntry writes boot entry testBootEntry for the boot binary on
+// this node's ESP, with args as its load options, and arms it with
+// BootNext, unless this boot came from it.
+func writeBootEntry(ctx context.Context, st *storage.Storage, args string) error {
+	log := supervisor.Logger(ctx)
+	if n, err := efivar.BootCurrent(efivar.Dir); err == nil && n == testBootEntry {
+		log.Info("test: booted from the test boot entry")
+		return nil
+	}
+	part, err := st.Disk.ESPPartition()
+	if err != nil {
+		return err
+	}
+	entry := efivar.LoadOption{
+		Description: "Borough test entry",
+		Partition:   part,
+		Path:        `\` + strings.ReplaceAll(string(esp.BootBinary), "/", `\`),
+		Arguments:   args,
+	}
+	if err := efivar.SetBootEntry(efivar.Dir, testBootEntry, entry); err != nil {
+		return err
+	}
+	if err := efivar.SetBootNext(efivar.Dir, testBootEntry); err != nil {
+		return err
+	}
+	log.Info("test: boot entry written and armed for the next boot", "entry", efivar.BootEntryName(testBootEntry), "args", args)
+	return nil
 }
 
 // orphanTest runs an orphaner, which starts a sleeper and exits without

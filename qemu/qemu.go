@@ -40,9 +40,12 @@ const (
 
 // Firmware from Debian's ovmf package. The 4M builds are the ones Debian
 // maintains; the code is read-only, the variables are copied per VM.
+// The variable store template is empty: no Secure Boot keys, so the
+// Secure Boot firmware starts in setup mode.
 const (
-	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
-	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	ovmfCode           = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	ovmfSecureBootCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+	ovmfVars           = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 )
 
 // Forward forwards a TCP port on the host's loopback to a guest port.
@@ -82,6 +85,15 @@ type Options struct {
 	CPUs int
 	// TPM attaches a TPM 2.0 (swtpm) whose state lives in StateDir.
 	TPM bool
+	// SecureBoot runs OVMF's Secure Boot firmware, which needs SMM and
+	// keeps its variables where the guest's OS cannot write them behind
+	// the firmware's back. It starts in setup mode; once keys are
+	// enrolled (they stay in StateDir's variables), it boots only signed
+	// binaries.
+	SecureBoot bool
+	// NoRNG leaves out the virtio RNG device, as on a machine without a
+	// hardware random number generator.
+	NoRNG bool
 	// FwCfg, if set, is a file exposed to the guest as fw_cfg
 	// fwcfg.Enrolment.
 	FwCfg string
@@ -136,14 +148,23 @@ func (o *Options) defaults() error {
 // args returns QEMU's command line for o, with accel "tcg" or "kvm".
 func (o *Options) args(accel string) ([]string, error) {
 	vars := filepath.Join(o.StateDir, "OVMF_VARS.fd")
+	machine, code := "q35", ovmfCode
+	if o.SecureBoot {
+		machine, code = "q35,smm=on", ovmfSecureBootCode
+	}
 	args := []string{
-		"-machine", "q35", "-accel", accel, "-cpu", "max",
+		"-machine", machine, "-accel", accel, "-cpu", "max",
 		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
 		"-nodefaults", "-display", "none", "-no-user-config",
-		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + ovmfCode,
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + code,
 		"-drive", "if=pflash,format=raw,unit=1,file=" + vars,
 		"-drive", "if=none,id=disk0,format=raw,file=" + o.Image,
-		"-device", "virtio-rng-pci",
+	}
+	if o.SecureBoot {
+		args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
+	}
+	if !o.NoRNG {
+		args = append(args, "-device", "virtio-rng-pci")
 	}
 	// bootindex makes OVMF boot the image even when another disk has a
 	// boot binary too.

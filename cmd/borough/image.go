@@ -15,6 +15,7 @@ import (
 	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/initramfs"
 	"github.com/borough-os/borough/internal/payload"
+	"github.com/borough-os/borough/internal/secureboot"
 	"github.com/borough-os/borough/internal/uki"
 )
 
@@ -35,6 +36,7 @@ const (
 type imageBuildFlags struct {
 	kernel, init, node, stub, outDir string
 	size, version, appendArgs        string
+	secureBoot                       string
 }
 
 func imageBuildCommand() *cobra.Command {
@@ -63,6 +65,9 @@ SOURCE_DATE_EPOCH, when set, stamps the files on the ESP.`,
 	c.Flags().StringVar(&f.size, "size", "1GiB", "image size (K, M, G, T suffixes are powers of 1024)")
 	c.Flags().StringVar(&f.version, "version", "dev", "version recorded in the boot binary")
 	c.Flags().StringVar(&f.appendArgs, "append", "", "extra kernel command line parameters")
+	c.Flags().StringVar(&f.secureBoot, "secureboot", "",
+		"directory of the owner's Secure Boot keys (borough secureboot init): sign the boot binary with its db key "+
+			"and put its signed key updates on the ESP, for the node to enrol in setup mode")
 	return c
 }
 
@@ -115,8 +120,16 @@ func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
 	}
 	done()
 
+	var updates map[string][]byte
+	if f.secureBoot != "" {
+		if updates, err = secureboot.Updates(f.secureBoot); err != nil {
+			return err
+		}
+	}
 	done = step("disk image %s, %s", filepath.Join(f.outDir, imageFile), f.size)
-	err = image.Build(filepath.Join(f.outDir, imageFile), image.Params{BootBinary: boot, NodePayload: node, Size: size, Epoch: epoch})
+	err = image.Build(filepath.Join(f.outDir, imageFile), image.Params{
+		BootBinary: boot, NodePayload: node, SecureBootUpdates: updates, Size: size, Epoch: epoch,
+	})
 	if err != nil {
 		return err
 	}
@@ -158,6 +171,11 @@ func writeBootBinary(f imageBuildFlags, initrd []byte) ([]byte, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if f.secureBoot != "" {
+		if boot, err = secureboot.Sign(boot, f.secureBoot); err != nil {
+			return nil, err
+		}
 	}
 	return boot, os.WriteFile(filepath.Join(f.outDir, bootFile), boot, 0o644)
 }

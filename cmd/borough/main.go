@@ -34,6 +34,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&configDir, "config", defaultConfigDir(), "directory of the owner's identity and pinned cluster CAs")
 	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand(), ownerCommand(), enrolmentCommand(),
-		etcdCommand(), statusCommand(), clusterCommand(), nodeCommand())
+		etcdCommand(), statusCommand(), clusterCommand(), nodeCommand(), secureBootCommand())
 	return root.Execute()
 }

@@ -14,8 +14,10 @@ import (
 	"unicode/utf16"
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
+	"github.com/google/uuid"
 
 	"github.com/borough-os/borough/internal/blockdev"
+	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/partition"
 )
 
@@ -142,6 +144,19 @@ func hasPartition(t *gpt.Table, match func(*gpt.Partition) bool) bool {
 		}
 	}
 	return false
+}
+
+// ESPPartition returns the ESP as a boot entry's device path names it.
+func (d *Disk) ESPPartition() (efivar.Partition, error) {
+	esp, err := only(d, partition.ESPType, "EFI system partition")
+	if err != nil {
+		return efivar.Partition{}, err
+	}
+	guid, err := uuid.Parse(esp.GUID)
+	if err != nil {
+		return efivar.Partition{}, fmt.Errorf("the ESP's GUID %q: %w", esp.GUID, err)
+	}
+	return efivar.Partition{Number: uint32(esp.Index), Start: esp.Start, Size: esp.End - esp.Start + 1, GUID: guid}, nil
 }
 
 // resolve finds the ESP and data partitions on d and their device nodes.

@@ -30,6 +30,11 @@ const (
 	// TestMemory makes the node log its memory use every N seconds,
 	// N being the value, for benchmarks.
 	TestMemory = "borough.test.memory"
+	// TestBootEntry makes the node write a boot entry for its own boot
+	// binary that passes this parameter's value as load options, which
+	// the stub takes as the kernel command line, and arm it for the next
+	// boot: what an attacker with the machine can do without Secure Boot.
+	TestBootEntry = "borough.test.bootentry"
 	// TestPrefix starts every test parameter. Only these may come from
 	// outside the kernel command line (MergeTest).
 	TestPrefix = "borough.test."

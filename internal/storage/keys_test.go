@@ -310,7 +310,7 @@ func TestExplainKeyError(t *testing.T) {
 		want []string
 	}{
 		{"wrong TPM", fmt.Errorf("unsealing f: %w", tpm.ErrWrongTPM), []string{"unsealing the local unlock key", "another machine"}},
-		{"policy", fmt.Errorf("unsealing f: %w", tpm.ErrPolicy), []string{"unsealing the local unlock key", "PCRs 4 and 7"}},
+		{"policy", fmt.Errorf("unsealing f: %w", tpm.ErrPolicy), []string{"unsealing the local unlock key", "PCRs 4, 7 and 12"}},
 		{"no TPM", fmt.Errorf("f: %w", ErrNoTPMForKey), []string{"reading the local unlock key", "enable the TPM"}},
 		{"in clear", fmt.Errorf("f: %w", ErrKeyInClear), []string{"reading the local unlock key", ErrKeyInClear.Error()}},
 		{"other", errors.New("disk on fire"), []string{"reading the local unlock key: disk on fire"}},
@@ -471,7 +471,7 @@ func TestKeeperStoreLoad(t *testing.T) {
 			},
 		},
 		{
-			// The key is sealed to PCRs 4 and 7 only.
+			// The key is sealed to PCRs 4, 7 and 12 only.
 			name: "TPM, PCR 0 extended", tpm: true, policy: TPMRequired,
 			between: func(t *testing.T, s *testSim) *testSim {
 				s.extend(t, 0, "firmware update")

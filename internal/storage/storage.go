@@ -92,7 +92,7 @@ func Open(log *slog.Logger) (*Storage, error) {
 	log.Info("boot disk", "disk", disk.Path, "esp", disk.ESP, "data", disk.Data, "found_by", disk.FoundBy)
 	s := &Storage{Disk: disk, log: log}
 	s.state, s.header, s.probeErr = probe(disk.Data)
-	if s.probeErr == nil && (s.state == crypt.StateEmpty || s.state == crypt.StateFormatting) {
+	if s.Fresh() {
 		if size, err := grow(disk); err != nil {
 			return nil, err
 		} else if size > 0 {
@@ -103,6 +103,12 @@ func Open(log *slog.Logger) (*Storage, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Fresh says whether the data partition holds no volume yet (or one
+// whose creation did not finish): MountData will create it.
+func (s *Storage) Fresh() bool {
+	return s.probeErr == nil && (s.state == crypt.StateEmpty || s.state == crypt.StateFormatting)
 }
 
 // MountData unlocks (or on first boot creates) the data volume and mounts
@@ -261,7 +267,7 @@ func explainKeyError(what string, err error) error {
 		return fmt.Errorf("unsealing the %s: %w: this disk was set up on another machine, or this machine's TPM was cleared. "+
 			"Move the disk back, or recover the volume with both unlock keys (README: Recovery)", what, err)
 	case errors.Is(err, tpm.ErrPolicy):
-		return fmt.Errorf("unsealing the %s: %w: the boot binary or Secure Boot state changed since the key was sealed (PCRs 4 and 7). "+
+		return fmt.Errorf("unsealing the %s: %w: the boot binary, its command line or the Secure Boot state changed since the key was sealed (PCRs 4, 7 and 12). "+
 			"Boot the previous boot binary, or recover the volume with both unlock keys (README: Recovery)", what, err)
 	case errors.Is(err, ErrTPMDisabled):
 		return fmt.Errorf("reading the %s: %w: enrol the node with the storage policy it was set up with", what, err)

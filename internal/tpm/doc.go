@@ -1,9 +1,9 @@
-// Package tpm seals Borough's local unlock key to the machine's TPM 2.0.
+// Package tpm seals Borough's unlock keys to the machine's TPM 2.0.
 //
 // # What it protects
 //
-// The local unlock key is a 32-byte secret that init (PID 1) needs to unlock
-// the node's local storage. It is stored on disk only as a [Sealed] blob:
+// The local unlock key is a 32-byte secret that the node process needs to
+// unlock the node's data volume at boot. It is stored on disk only as a [Sealed] blob:
 // the TPM's storage root key (SRK) encrypts it, and the TPM releases it only
 // in a policy session whose PCR values match the ones it was sealed to. So:
 //
@@ -11,42 +11,66 @@
 //     this TPM's storage seed ([ErrWrongTPM]), and clearing the TPM destroys
 //     that seed, so a cleared TPM cannot unseal either.
 //   - On this machine, the key is released only after the same boot binary
-//     was started under the same Secure Boot policy ([ErrPolicy] otherwise).
+//     was started with the same command line under the same Secure Boot
+//     policy ([ErrPolicy] otherwise, naming the PCRs that changed).
 //
 // It does not protect against an attacker who runs code in the booted,
-// trusted system (the PCRs are still good there), nor against an active
-// interposer on the TPM bus: the SRK is recreated from its template on every
-// call and its public key is not pinned, so a fake TPM could stand in for it.
-// Against a passive bus sniffer, the secret never crosses the bus in clear:
-// Create and Unseal use sessions salted to the SRK with AES-CFB parameter
-// encryption.
+// trusted system before the keys are unsealed. After that, Borough caps the
+// PCRs ([TPM.Cap]): it extends them with a fixed event, so that the
+// values sealed to cannot recur until the next reboot, and code that
+// breaks into the running node later cannot unseal the keys again.
 //
-// # Why PCRs 4 and 7
+// The SRK is recreated from its template on every call rather than
+// persisted, and its name is pinned: [Sealed] records the name of the SRK
+// it was sealed under, and Unseal refuses a TPM whose SRK has another
+// name before it salts a session to that key ([ErrWrongTPM]). Without
+// the pin, an interposer on the TPM bus could answer with an SRK of its
+// own and read what is sent to it. The first seal trusts the TPM it finds.
+// Against a passive bus sniffer, the secret never crosses the bus in
+// clear: Create and Unseal use sessions salted to the SRK with AES-CFB
+// parameter encryption.
 //
-// [DefaultPCRs] are 4 and 7, the SHA-256 bank:
+// # Why PCRs 4, 7 and 12
+//
+// [DefaultPCRs] are 4, 7 and 12, the SHA-256 bank:
 //
 //   - PCR 4 (boot manager code): the firmware measures every EFI application
 //     it starts, as its Authenticode hash. Borough's boot binary is a unified
 //     kernel image (UKI) whose PE sections hold the kernel, the initramfs
-//     and the kernel command line, so this one measurement covers all three:
-//     a changed kernel, init or command line changes PCR 4.
+//     and the kernel command line, so this one measurement covers all three
+//     as built.
 //   - PCR 7 (Secure Boot state): whether Secure Boot is on, and the PK, KEK,
 //     db and dbx contents plus the db entry that authorised the boot binary.
 //     Turning Secure Boot off or enrolling other keys changes PCR 7.
+//   - PCR 12: with Secure Boot off, the UKI's stub (systemd-stub) takes the
+//     kernel command line from the boot entry's load options when it has
+//     any, instead of the UKI's own, and measures it into PCR 12, not PCR 4.
+//     A boot entry for the same binary with rdinit=, init= or root= of an
+//     attacker's choosing leaves PCRs 4 and 7 as they were; it changes PCR
+//     12. The stub also measures credentials it passes to the kernel there.
+//     A normal boot passes none of these, so PCR 12 is the same on every
+//     boot of a machine.
+//
+// The command line is not made unchangeable in the kernel itself
+// (CONFIG_CMDLINE_OVERRIDE): boot tests build images with extra
+// parameters in the UKI's command line, and the kernel is built once and
+// cached for all of them. Sealing to PCR 12 keeps the keys from any boot
+// whose command line differs from the sealed one, which is what matters.
 //
 // PCRs 0 to 3 (firmware code and configuration, option ROMs) are left out on
 // purpose: firmware updates and hardware changes alter them, which would lock
 // the node out for no gain against the threats above.
 //
-// # Kernel updates
+// # Updates
 //
 // Installing a new boot binary changes PCR 4 on the next boot, so a key
 // sealed to the current values would no longer unseal. Before rebooting into
-// the new binary, the updater predicts its PCR 4 value by replaying the
+// a new binary, an update must predict its PCR 4 value by replaying the
 // firmware's TCG event log for PCR 4 with the new binary's Authenticode hash
-// in place of the current one, then reseals the key to the predicted value
-// with [TPM.SealTo] (PCR 7 keeps its current value). Until the new binary has
-// booted, keep the old blob too, so a failed update can fall back.
+// in place of the current one, then reseal the key to the predicted value
+// with [TPM.SealTo], PCRs 7 and 12 keeping their values from the event
+// log (not the capped ones). Until the new binary has booted, it must keep
+// the old blob too, so that a failed update can fall back.
 //
 // # Usage
 //
@@ -59,4 +83,5 @@
 //	...
 //	sealed, err = tpm.UnmarshalSealed(b)
 //	key, err = t.Unseal(sealed) // ErrPolicy: boot state changed
+//	err = t.Cap(tpm.DefaultPCRs) // once every key is unsealed
 package tpm

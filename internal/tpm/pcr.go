@@ -1,17 +1,80 @@
 package tpm
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/google/go-tpm/tpm2"
 )
 
-// DefaultPCRs are the PCRs Borough seals the local unlock key to: 4, the
-// boot binary, and 7, the Secure Boot state. The package doc explains the
-// choice. Callers must not modify the slice.
-var DefaultPCRs = []uint{4, 7}
+// DefaultPCRs are the PCRs Borough seals its keys to: 4, the boot
+// binary; 7, the Secure Boot state; 12, the kernel command line a boot
+// entry passed. The package doc explains the choice. Callers must not
+// modify the slice.
+var DefaultPCRs = []uint{4, 7, 12}
+
+// pcrMeaning says what a change of a PCR in DefaultPCRs means, for errors.
+var pcrMeaning = map[uint]string{
+	4:  "the boot binary",
+	7:  "the Secure Boot state or keys",
+	12: "the kernel command line or credentials a boot entry passed",
+}
+
+// capEvent is what Cap extends the PCRs with.
+var capEvent = sha256.Sum256([]byte("Borough: unlock keys released; nothing may unseal them again in this boot"))
+
+// Cap extends each of pcrs with a fixed event, so that nothing running
+// later in this boot can unseal what was sealed to them: the values a
+// secret was sealed to can only come back with a reboot. The firmware's
+// event log does not record the event, so replaying it still predicts the
+// next boot's values.
+func (t *TPM) Cap(pcrs []uint) error {
+	if err := checkPCRs(pcrs); err != nil {
+		return fmt.Errorf("capping PCRs: %w", err)
+	}
+	for _, pcr := range pcrs {
+		_, err := tpm2.PCRExtend{
+			PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(pcr), Auth: tpm2.PasswordAuth(nil)},
+			Digests: tpm2.TPMLDigestValues{
+				Digests: []tpm2.TPMTHA{{HashAlg: tpm2.TPMAlgSHA256, Digest: capEvent[:]}},
+			},
+		}.Execute(t.t)
+		if err != nil {
+			return fmt.Errorf("capping PCR %d: %w", pcr, err)
+		}
+	}
+	return nil
+}
+
+// changed names the PCRs whose current values differ from values, with
+// what that means, for an error message.
+func (t *TPM) changed(values map[uint][]byte) string {
+	pcrs := slices.Sorted(maps.Keys(values))
+	current, err := t.PCRs(pcrs)
+	if err != nil {
+		return "cannot tell which PCR changed: " + err.Error()
+	}
+	var out []string
+	for _, pcr := range pcrs {
+		if bytes.Equal(current[pcr], values[pcr]) {
+			continue
+		}
+		what := fmt.Sprintf("PCR %d", pcr)
+		if m, ok := pcrMeaning[pcr]; ok {
+			what += " (" + m + ")"
+		}
+		out = append(out, what)
+	}
+	if len(out) == 0 {
+		return "no PCR differs now; the values changed while unsealing"
+	}
+	return "changed: " + strings.Join(out, ", ")
+}
 
 // numPCRs is the number of PCRs the TCG PC Client platform profile
 // mandates, PCRs 0 to 23. Borough uses no others.

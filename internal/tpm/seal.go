@@ -88,6 +88,8 @@ func (t *TPM) seal(secret []byte, values map[uint][]byte) (_ *Sealed, err error)
 	}
 	return &Sealed{
 		PCRs:    pcrs,
+		Values:  maps.Clone(values),
+		SRKName: srk.name.Buffer,
 		Public:  tpm2.Marshal(rsp.OutPublic),
 		Private: tpm2.Marshal(rsp.OutPrivate),
 	}, nil

@@ -3,6 +3,7 @@ package tpm
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"maps"
 	"slices"
@@ -75,12 +76,15 @@ func TestUnsealAfterPCRChange(t *testing.T) {
 		name   string
 		extend []uint
 		want   error
+		// says is what the error must say about the change.
+		says string
 	}{
-		{"no change", nil, nil},
-		{"PCR 16 not sealed to", []uint{16}, nil},
-		{"PCR 4 changed", []uint{4}, ErrPolicy},
-		{"PCR 7 changed", []uint{7}, ErrPolicy},
-		{"both changed", []uint{4, 7}, ErrPolicy},
+		{"no change", nil, nil, ""},
+		{"PCR 16 not sealed to", []uint{16}, nil, ""},
+		{"PCR 4 changed", []uint{4}, ErrPolicy, "changed: PCR 4 (the boot binary)"},
+		{"PCR 7 changed", []uint{7}, ErrPolicy, "changed: PCR 7 (the Secure Boot state or keys)"},
+		{"PCR 12 changed", []uint{12}, ErrPolicy, "changed: PCR 12 (the kernel command line or credentials a boot entry passed)"},
+		{"4 and 12 changed", []uint{4, 12}, ErrPolicy, "changed: PCR 4 (the boot binary), PCR 12 ("},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tp := newTPM(t, 1)
@@ -95,6 +99,9 @@ func TestUnsealAfterPCRChange(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Unseal error = %v, want %v", err, tc.want)
 			}
+			if err != nil && !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("Unseal error = %q, want it to say %q", err, tc.says)
+			}
 			if err == nil && !bytes.Equal(got, secret32) {
 				t.Errorf("Unseal = %x, want %x", got, secret32)
 			}
@@ -104,6 +111,55 @@ func TestUnsealAfterPCRChange(t *testing.T) {
 			checkNoHandles(t, tp)
 		})
 	}
+}
+
+// TestCap checks that after Cap, what was sealed before no longer
+// unseals in the same boot, and that a fresh seal still works.
+func TestCap(t *testing.T) {
+	tp := newTPM(t, 1)
+	s, err := tp.Seal(secret32, DefaultPCRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tp.Unseal(s); err != nil {
+		t.Fatalf("Unseal before Cap: %v", err)
+	}
+	if err := tp.Cap(DefaultPCRs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tp.Unseal(s); !errors.Is(err, ErrPolicy) {
+		t.Errorf("Unseal after Cap: error %v, want %v", err, ErrPolicy)
+	}
+	if err := tp.Cap([]uint{24}); err == nil {
+		t.Error("Cap of PCR 24 succeeded")
+	}
+	checkNoHandles(t, tp)
+}
+
+// TestUnsealPinnedSRK plays an interposer that answers with an SRK of
+// its own: Unseal must refuse it before salting a session to it.
+func TestUnsealPinnedSRK(t *testing.T) {
+	tp := newTPM(t, 1)
+	s, err := tp.Seal(secret32, DefaultPCRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SRKName = slices.Clone(s.SRKName)
+	s.SRKName[len(s.SRKName)-1] ^= 1
+	rec := &recorder{TPMCloser: tp.t}
+	tp.t = rec
+	_, err = tp.Unseal(s)
+	if !errors.Is(err, ErrWrongTPM) || !strings.Contains(err.Error(), "storage root key") {
+		t.Fatalf("Unseal with another SRK: error %v, want %v naming the storage root key", err, ErrWrongTPM)
+	}
+	// traffic alternates commands and responses.
+	for i := 0; i < len(rec.traffic); i += 2 {
+		cmd := rec.traffic[i]
+		if cc := tpm2.TPMCC(binary.BigEndian.Uint32(cmd[6:10])); cc == tpm2.TPMCCStartAuthSession || cc == tpm2.TPMCCLoad {
+			t.Errorf("Unseal sent %v to a TPM with another SRK", cc)
+		}
+	}
+	checkNoHandles(t, tp)
 }
 
 // TestSealTo plays a kernel update: seal to the predicted PCR 4 of the

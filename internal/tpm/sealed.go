@@ -1,6 +1,7 @@
 package tpm
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,8 +9,9 @@ import (
 	"github.com/google/go-tpm/tpm2"
 )
 
-// sealedVersion is the version of the encoding Marshal writes.
-const sealedVersion = 1
+// sealedVersion is the version of the encoding Marshal writes. Version 1
+// (no Values, no SRKName) is still read.
+const sealedVersion = 2
 
 // Sealed is a sealed secret as stored on disk. Only the TPM that sealed it
 // can load it, so it need not be kept secret; it must be kept intact.
@@ -17,6 +19,14 @@ type Sealed struct {
 	// PCRs are the SHA-256 PCRs the secret is sealed to, in ascending
 	// order when made by Seal or SealTo.
 	PCRs []uint
+	// Values are the PCR values sealed to, so that a failed unseal can
+	// say which PCR changed. They are not secret: anyone can read PCRs.
+	// Missing in version 1.
+	Values map[uint][]byte
+	// SRKName is the name of the storage root key the object was sealed
+	// under, pinned: Unseal refuses a TPM whose SRK has another name
+	// before it sends it anything. Missing in version 1.
+	SRKName []byte
 	// Public is the sealed object's TPM2B_PUBLIC, as returned by
 	// TPM2_Create. It carries the PCR policy.
 	Public []byte
@@ -27,10 +37,12 @@ type Sealed struct {
 
 // sealedJSON is the on-disk encoding of Sealed. []byte fields are base64.
 type sealedJSON struct {
-	Version int    `json:"version"`
-	PCRs    []uint `json:"pcrs"`
-	Public  []byte `json:"public"`
-	Private []byte `json:"private"`
+	Version int             `json:"version"`
+	PCRs    []uint          `json:"pcrs"`
+	Values  map[uint][]byte `json:"values,omitempty"`
+	SRKName []byte          `json:"srk_name,omitempty"`
+	Public  []byte          `json:"public"`
+	Private []byte          `json:"private"`
 }
 
 // Marshal encodes s as JSON, for UnmarshalSealed. It refuses an s that
@@ -42,6 +54,8 @@ func (s *Sealed) Marshal() ([]byte, error) {
 	return json.Marshal(sealedJSON{
 		Version: sealedVersion,
 		PCRs:    s.PCRs,
+		Values:  s.Values,
+		SRKName: s.SRKName,
 		Public:  s.Public,
 		Private: s.Private,
 	})
@@ -55,10 +69,13 @@ func UnmarshalSealed(b []byte) (*Sealed, error) {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, fmt.Errorf("decoding sealed secret: %w", err)
 	}
-	if j.Version != sealedVersion {
-		return nil, fmt.Errorf("decoding sealed secret: version %d not supported, want %d", j.Version, sealedVersion)
+	if j.Version != 1 && j.Version != sealedVersion {
+		return nil, fmt.Errorf("decoding sealed secret: version %d not supported, want 1 or %d", j.Version, sealedVersion)
 	}
-	s := &Sealed{PCRs: j.PCRs, Public: j.Public, Private: j.Private}
+	if j.Version == 1 && (j.Values != nil || j.SRKName != nil) {
+		return nil, errors.New("decoding sealed secret: version 1 has no values or srk_name")
+	}
+	s := &Sealed{PCRs: j.PCRs, Values: j.Values, SRKName: j.SRKName, Public: j.Public, Private: j.Private}
 	if _, _, err := s.parse(); err != nil {
 		return nil, fmt.Errorf("decoding sealed secret: %w", err)
 	}
@@ -69,6 +86,9 @@ func UnmarshalSealed(b []byte) (*Sealed, error) {
 func (s *Sealed) parse() (*tpm2.TPM2BPublic, *tpm2.TPM2BPrivate, error) {
 	if err := checkPCRs(s.PCRs); err != nil {
 		return nil, nil, fmt.Errorf("pcrs: %w", err)
+	}
+	if err := s.checkValues(); err != nil {
+		return nil, nil, fmt.Errorf("values: %w", err)
 	}
 	if len(s.Public) == 0 {
 		return nil, nil, errors.New("public: empty")
@@ -105,4 +125,21 @@ func unmarshalExact[T tpm2.Marshallable, P interface {
 		return nil, fmt.Errorf("trailing data after byte %d", n)
 	}
 	return v, nil
+}
+
+// checkValues checks that Values, if any, hold a SHA-256 value for each
+// PCR in PCRs and nothing else.
+func (s *Sealed) checkValues() error {
+	if s.Values == nil {
+		return nil
+	}
+	if len(s.Values) != len(s.PCRs) {
+		return fmt.Errorf("%d values for %d PCRs", len(s.Values), len(s.PCRs))
+	}
+	for _, pcr := range s.PCRs {
+		if n := len(s.Values[pcr]); n != sha256.Size {
+			return fmt.Errorf("PCR %d: %d bytes, want %d", pcr, n, sha256.Size)
+		}
+	}
+	return nil
 }

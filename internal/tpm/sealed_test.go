@@ -60,7 +60,11 @@ func TestUnmarshalSealedRejects(t *testing.T) {
 		{"garbage", []byte("\x00garbage"), "decoding sealed secret: invalid character"},
 		{"truncated", good[:len(good)/2], "decoding sealed secret: unexpected end of JSON"},
 		{"no version", edit(func(j *sealedJSON) { j.Version = 0 }), "version 0 not supported"},
-		{"version 2", edit(func(j *sealedJSON) { j.Version = 2 }), "version 2 not supported"},
+		{"version 3", edit(func(j *sealedJSON) { j.Version = 3 }), "version 3 not supported"},
+		{"version 1 with values", edit(func(j *sealedJSON) { j.Version = 1 }), "version 1 has no values or srk_name"},
+		{"short value", edit(func(j *sealedJSON) { j.Values[12] = j.Values[12][:31] }), "values: PCR 12: 31 bytes, want 32"},
+		{"value missing", edit(func(j *sealedJSON) { delete(j.Values, 12) }), "values: 2 values for 3 PCRs"},
+		{"value of another PCR", edit(func(j *sealedJSON) { j.Values[11] = j.Values[12]; delete(j.Values, 12) }), "values: PCR 12: 0 bytes"},
 		{"no PCRs", edit(func(j *sealedJSON) { j.PCRs = nil }), "pcrs: no PCRs selected"},
 		{"PCR 24", edit(func(j *sealedJSON) { j.PCRs = []uint{4, 24} }), "pcrs: PCR 24 out of range"},
 		{"duplicate PCR", edit(func(j *sealedJSON) { j.PCRs = []uint{4, 7, 4} }), "pcrs: PCR 4 listed twice"},
@@ -88,5 +92,26 @@ func TestMarshalRejects(t *testing.T) {
 	s.PCRs = append(s.PCRs, 99)
 	if _, err := s.Marshal(); err == nil || !strings.Contains(err.Error(), "pcrs: PCR 99 out of range") {
 		t.Errorf("Marshal of a Sealed with PCR 99 = %v, want an error naming pcrs", err)
+	}
+}
+
+// TestUnmarshalSealedVersion1 checks that a version 1 encoding, without
+// values and SRK name, as the first release wrote it, still unseals.
+func TestUnmarshalSealedVersion1(t *testing.T) {
+	tp := newTPM(t, 1)
+	s, err := tp.Seal(secret32, []uint{4, 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := json.Marshal(sealedJSON{Version: 1, PCRs: s.PCRs, Public: s.Public, Private: s.Private})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := UnmarshalSealed(v1)
+	if err != nil {
+		t.Fatalf("UnmarshalSealed(version 1) = %v", err)
+	}
+	if _, err := tp.Unseal(got); err != nil {
+		t.Errorf("Unseal of a version 1 encoding = %v", err)
 	}
 }

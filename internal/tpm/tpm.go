@@ -14,8 +14,8 @@ var (
 	// ErrNoTPM is returned by Open when the machine has no TPM device.
 	ErrNoTPM = errors.New("no TPM device")
 	// ErrPolicy is returned by Unseal when the current PCR values differ
-	// from those the secret was sealed to: the boot binary or the Secure
-	// Boot state changed since sealing.
+	// from those the secret was sealed to: the boot binary, its command
+	// line or the Secure Boot state changed since sealing.
 	ErrPolicy = errors.New("PCR values differ from those sealed to")
 	// ErrWrongTPM is returned by Unseal when the TPM refuses to load the
 	// sealed object: it was sealed by another TPM, or this TPM was cleared

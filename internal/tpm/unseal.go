@@ -1,6 +1,7 @@
 package tpm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -8,9 +9,10 @@ import (
 )
 
 // Unseal returns the secret sealed in s. It fails with an error wrapping
-// ErrWrongTPM when this TPM cannot load s (sealed by another TPM, or this
-// TPM was cleared since), and with one wrapping ErrPolicy when the current
-// values of s.PCRs differ from those sealed to.
+// ErrWrongTPM when this TPM's SRK is not the one s was sealed under or the
+// TPM cannot load s (sealed by another TPM, or this TPM was cleared
+// since), and with one wrapping ErrPolicy, naming the PCRs that changed,
+// when the current values of s.PCRs differ from those sealed to.
 func (t *TPM) Unseal(s *Sealed) ([]byte, error) {
 	secret, err := t.unseal(s)
 	if err != nil {
@@ -31,6 +33,11 @@ func (t *TPM) unseal(s *Sealed) (_ []byte, err error) {
 		return nil, err
 	}
 	defer t.flush(srk.handle, &err)
+	// Checked before the session below is salted to the SRK: a stand-in
+	// TPM with an SRK of its own could read a secret salted to its key.
+	if s.SRKName != nil && !bytes.Equal(s.SRKName, srk.name.Buffer) {
+		return nil, fmt.Errorf("%w: the TPM's storage root key is not the one the secret was sealed under", ErrWrongTPM)
+	}
 	// The private area is encrypted and integrity-protected with keys
 	// derived from the SRK, which derives from the TPM's storage seed. A
 	// blob from another TPM, or from before TPM2_Clear replaced the seed,
@@ -81,6 +88,9 @@ func (t *TPM) unseal(s *Sealed) (_ []byte, err error) {
 		},
 	}.Execute(t.t)
 	if errors.Is(err, tpm2.TPMRCPolicyFail) {
+		if s.Values != nil {
+			return nil, fmt.Errorf("%w (%s): %w", ErrPolicy, t.changed(s.Values), err)
+		}
 		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
 	}
 	if err != nil {

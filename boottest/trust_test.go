@@ -1,0 +1,174 @@
+//go:build boot
+
+package boottest
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/borough-os/borough/image"
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/secureboot"
+	"github.com/borough-os/borough/qemu"
+)
+
+// TestReleaseImage boots the image users get (out/borough.img, no test
+// hooks) twice on a machine without an RNG device: it must reach node
+// running both times, and ignore a test hook passed through fw_cfg that
+// would make a test build fail at once.
+func TestReleaseImage(t *testing.T) {
+	t.Parallel()
+	img := filepath.Join(t.TempDir(), "borough.img")
+	if out, err := exec.Command("cp", "--sparse=always", filepath.Join(outDir(t), "borough.img"), img).CombinedOutput(); err != nil {
+		t.Fatalf("copying the release image: %v\n%s", err, out)
+	}
+	state := t.TempDir()
+	for boot1 := range 2 {
+		vm := boot(t, qemu.Options{Image: img, StateDir: state, NoRNG: true, TestParams: cmdline.TestFatal + "=hooked"})
+		expect(t, vm, bootTimeout, "borough: init started",
+			"borough: entropy: random pool ready at start")
+		expect(t, vm, stepTimeout, running)
+		if strings.Contains(vm.Console(), "hooked") {
+			t.Errorf("boot %d: the release image ran a test hook from fw_cfg", boot1+1)
+		}
+		powerOff(t, vm)
+	}
+}
+
+// TestEntropy boots a node whose kernel distrusts the CPU's and the
+// firmware's random numbers, with no RNG device: the node must credit the
+// TPM's generator on its first boot, and the TPM and the seed file it
+// left on the ESP on its second.
+func TestEntropy(t *testing.T) {
+	t.Parallel()
+	img := nodeImage(t, cmdline.PoweroffOnFatal, "random.trust_cpu=off", "random.trust_bootloader=off")
+	state := t.TempDir()
+	for i, want := range []string{"credited=TPM", `credited="TPM,seed file"`} {
+		vm := boot(t, qemu.Options{Image: img, StateDir: state, NoRNG: true, TPM: true})
+		line, _, err := vm.WaitLine("borough: entropy: random pool ready", bootTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The kernel's "crng init done" may land in the middle of it.
+		if !strings.Contains(line, want) || (i == 0 && strings.Contains(line, "seed file")) {
+			t.Errorf("boot %d: %q, want %s", i+1, line, want)
+		}
+		expect(t, vm, stepTimeout, running)
+		powerOff(t, vm)
+	}
+}
+
+// TestCommandLineSeal plays an attacker with the machine and Secure Boot
+// off: a boot entry for the node's own boot binary, with a command line
+// of the attacker's choosing, leaves PCRs 4 and 7 as they were. The keys
+// must not unseal in that boot (PCR 12 changed), the node must say so,
+// and the next normal boot must unlock the volume with its data intact.
+func TestCommandLineSeal(t *testing.T) {
+	t.Parallel()
+	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	state := t.TempDir()
+	// The injected command line powers off on the fatal error, so that
+	// the data partition can be checked before the next boot.
+	const args = "console=ttyS0,115200 " + cmdline.PoweroffOnFatal + " borough.injected=1"
+	vm := boot(t, qemu.Options{Image: img, StateDir: state, TPM: true,
+		TestParams: cmdline.TestMarker + "=" + marker + " " + cmdline.TestBootEntry + `="` + args + `"`})
+	expect(t, vm, bootTimeout, created, "borough: test: marker="+marker)
+	expect(t, vm, stepTimeout, "borough: PCRs capped", "test: boot entry written and armed for the next boot")
+	powerOff(t, vm)
+	before := dataHash(t, img)
+
+	// The firmware starts the armed entry once, then the default again.
+	vm = boot(t, qemu.Options{Image: img, StateDir: state, TPM: true})
+	expect(t, vm, bootTimeout, "Kernel command line: "+args)
+	line, _, err := vm.WaitLine("borough: error: fatal: unsealing the local unlock key", stepTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(line, "changed: PCR 12 (the kernel command line") || strings.Contains(line, "PCR 4") || strings.Contains(line, "PCR 7") {
+		t.Errorf("the node with the injected command line says %q, want PCR 12 alone named as changed", line)
+	}
+	expect(t, vm, stepTimeout, "borough: powering off")
+	if err := vm.Wait(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if dataHash(t, img) != before {
+		t.Error("the boot with the injected command line changed the data partition")
+	}
+
+	vm = boot(t, qemu.Options{Image: img, StateDir: state, TPM: true, TestParams: cmdline.TestMarker})
+	expect(t, vm, bootTimeout, unlocked, "borough: test: marker="+marker, running)
+	powerOff(t, vm)
+}
+
+// TestSecureBoot gives a machine whose firmware is in setup mode an image
+// signed with the owner's own keys: the node enrols them and reboots into
+// Secure Boot, where it runs and seals its keys. With those keys enrolled,
+// the firmware refuses a tampered and an unsigned boot binary; with Secure
+// Boot off, the same disk and TPM do not unseal (PCR 7).
+func TestSecureBoot(t *testing.T) {
+	t.Parallel()
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := secureboot.Init(keys, "test"); err != nil {
+		t.Fatal(err)
+	}
+	updates, err := secureboot.Updates(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsigned := bootBinary(t, read(t, filepath.Join(testOut(t), "initramfs.cpio.zst")), cmdline.PoweroffOnFatal)
+	signed, err := secureboot.Sign(unsigned, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := writeImage(t, signed, updates)
+	state := t.TempDir()
+	vm := boot(t, qemu.Options{Image: img, StateDir: state, SecureBoot: true, TPM: true, TestParams: cmdline.TestMarker + "=" + marker})
+	expect(t, vm, bootTimeout, "Secure Boot OFF", "setup_mode=true",
+		"borough: enrolled the owner's Secure Boot keys", "borough: rebooting")
+	expect(t, vm, bootTimeout, "borough: Secure Boot on", created, "borough: test: marker="+marker, running)
+	powerOff(t, vm)
+
+	tampered := bytes.Replace(signed, []byte(image.DefaultCmdline), []byte(strings.Replace(image.DefaultCmdline, "panic=10", "panic=11", 1)), 1)
+	if bytes.Equal(tampered, signed) {
+		t.Fatal("found no command line to tamper with in the boot binary")
+	}
+	for _, tc := range []struct {
+		name string
+		boot []byte
+	}{{"tampered", tampered}, {"unsigned", unsigned}} {
+		dir := t.TempDir()
+		copyState(t, filepath.Join(state, "OVMF_VARS.fd"), dir)
+		vm := boot(t, qemu.Options{Image: writeImage(t, tc.boot, nil), StateDir: dir, SecureBoot: true})
+		expect(t, vm, bootTimeout, "Access Denied")
+		if strings.Contains(vm.Console(), "init started") {
+			t.Errorf("the firmware started a %s boot binary", tc.name)
+		}
+		vm.Kill()
+	}
+
+	// The same disk and TPM on firmware without Secure Boot.
+	off := t.TempDir()
+	copyState(t, filepath.Join(state, "tpm"), off)
+	vm = boot(t, qemu.Options{Image: img, StateDir: off, TPM: true})
+	line, _, err := vm.WaitLine("borough: error: fatal: unsealing the local unlock key", bootTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// PCR 4 may change too: the firmware without Secure Boot measures
+	// its boot attempts differently.
+	if !strings.Contains(line, "PCR 7 (the Secure Boot state or keys)") {
+		t.Errorf("with Secure Boot off, the node says %q, want PCR 7 named as changed", line)
+	}
+	expect(t, vm, stepTimeout, "borough: powering off")
+}
+
+// copyState copies a file or directory of a VM's state into dir.
+func copyState(t *testing.T, src, dir string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", src, dir).CombinedOutput(); err != nil {
+		t.Fatalf("copying VM state: %v\n%s", err, out)
+	}
+}

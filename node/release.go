@@ -1,0 +1,20 @@
+//go:build !boroughtest
+
+package main
+
+import (
+	"log/slog"
+
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/internal/supervisor"
+)
+
+// The release build's stand-ins for the test hooks (testhooks.go): a
+// node users run takes no borough.test.* parameters from anywhere.
+
+func testRole(string) bool                                            { return false }
+func addTestParams(*slog.Logger, cmdline.Params)                      {}
+func testHooks(cmdline.Params, *storage.Storage) []supervisor.Service { return nil }
+func pauseHook(*slog.Logger, cmdline.Params, string) func(string)     { return nil }
+func testMarker(*slog.Logger, cmdline.Params) error                   { return nil }
