@@ -98,9 +98,15 @@ func KeyCheck(luk, cuk, salt []byte) ([]byte, error) {
 }
 
 // Table returns the dm-crypt target parameters for a volume on the device
-// dev (major:minor) with the given key.
-func Table(key []byte, dev string) string {
-	return fmt.Sprintf("%s %s 0 %s %d", Cipher, hex.EncodeToString(key), dev, DataOffset)
+// dev (major:minor) with the given key. They hold the key: clear them
+// after use. Built in one buffer of the final size, so that no other copy
+// of the key is left in memory.
+func Table(key []byte, dev string) []byte {
+	tail := fmt.Sprintf(" 0 %s %d", dev, DataOffset)
+	b := make([]byte, 0, len(Cipher)+1+hex.EncodedLen(len(key))+len(tail))
+	b = append(b, Cipher+" "...)
+	b = hex.AppendEncode(b, key)
+	return append(b, tail...)
 }
 
 // Map maps the volume on the partition at path, which is sectors 512-byte
@@ -117,8 +123,10 @@ func Map(name, path string, sectors uint64, key []byte) (string, error) {
 		return "", &os.PathError{Op: "stat", Path: path, Err: err}
 	}
 	dev := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	params := Table(key, dev)
+	defer clear(params)
 	return devmapper.Create(name, []devmapper.Target{{
-		Length: sectors - DataOffset, Type: "crypt", Params: Table(key, dev),
+		Length: sectors - DataOffset, Type: "crypt", Params: params,
 	}})
 }
 

@@ -157,7 +157,7 @@ func TestTable(t *testing.T) {
 	k := bytes.Repeat([]byte{0xab}, KeySize)
 	got := Table(k, "254:2")
 	want := "aes-xts-plain64 " + strings.Repeat("ab", KeySize) + " 0 254:2 2048"
-	if got != want {
+	if string(got) != want {
 		t.Errorf("Table = %q, want %q", got, want)
 	}
 }

@@ -32,8 +32,8 @@ type Target struct {
 	Type string
 	// Params are the target's parameters. They may hold key material:
 	// tables are loaded with DM_SECURE_DATA_FLAG, so the kernel wipes
-	// its copies.
-	Params string
+	// its copies, and Create clears its own; the caller clears Params.
+	Params []byte
 }
 
 const (
@@ -111,19 +111,30 @@ func Remove(name string) error {
 // marshalTable lays out targets as DM_TABLE_LOAD wants them after the
 // header: each dm_target_spec followed by its NUL-terminated parameters,
 // padded to 8 bytes, with Next giving the offset to the next spec.
+//
+// The buffer is sized up front, so that no copy of the parameters is left
+// behind in a smaller one it outgrew.
 func marshalTable(targets []Target) []byte {
-	var buf bytes.Buffer
+	total := 0
 	for _, t := range targets {
-		params := append([]byte(t.Params), 0)
-		size := specSize + len(params)
-		size = (size + 7) &^ 7
+		total += specLen(t)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, total))
+	for _, t := range targets {
+		size := specLen(t)
 		spec := unix.DmTargetSpec{Sector_start: t.Start, Length: t.Length, Next: uint32(size)}
 		copy(spec.Target_type[:len(spec.Target_type)-1], t.Type)
-		_ = binary.Write(&buf, binary.NativeEndian, spec)
-		buf.Write(params)
-		buf.Write(make([]byte, size-specSize-len(params)))
+		_ = binary.Write(buf, binary.NativeEndian, spec)
+		buf.Write(t.Params)
+		buf.Write(make([]byte, size-specSize-len(t.Params)))
 	}
 	return buf.Bytes()
+}
+
+// specLen is the size of t's spec with its NUL-terminated parameters,
+// padded to 8 bytes.
+func specLen(t Target) int {
+	return (specSize + len(t.Params) + 1 + 7) &^ 7
 }
 
 // ioctl issues one device-mapper request for the device name, with data

@@ -24,9 +24,9 @@ func TestMarshalTable(t *testing.T) {
 		// sizes are the expected spec+params sizes, 8-aligned.
 		sizes []int
 	}{
-		{"one", []Target{{0, 100, "crypt", "aes-xts-plain64 00 0 8:2 2048"}}, []int{72}},
-		{"exact fit", []Target{{0, 8, "linear", "8:1 0"}}, []int{48}},
-		{"two", []Target{{0, 10, "linear", "8:1 0"}, {10, 10, "zero", ""}}, []int{48, 48}},
+		{"one", []Target{{0, 100, "crypt", []byte("aes-xts-plain64 00 0 8:2 2048")}}, []int{72}},
+		{"exact fit", []Target{{0, 8, "linear", []byte("8:1 0")}}, []int{48}},
+		{"two", []Target{{0, 10, "linear", []byte("8:1 0")}, {10, 10, "zero", []byte("")}}, []int{48, 48}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			table := marshalTable(tc.targets)
@@ -45,7 +45,7 @@ func TestMarshalTable(t *testing.T) {
 					t.Errorf("spec %d type = %q, want %q", i, typ, tg.Type)
 				}
 				params := table[off+specSize : off+want]
-				if got := string(params[:bytes.IndexByte(params, 0)]); got != tg.Params {
+				if got := string(params[:bytes.IndexByte(params, 0)]); got != string(tg.Params) {
 					t.Errorf("spec %d params = %q, want %q", i, got, tg.Params)
 				}
 				off += want

@@ -17,12 +17,14 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/fwcfg"
+	"github.com/borough-os/borough/internal/protostrict"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -128,8 +130,11 @@ var clusterName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 
 // Check validates c at time now and returns it as an Enrolment.
 func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
-	if unknown := c.ProtoReflect().GetUnknown(); len(unknown) > 0 {
-		return nil, fieldErr("(unknown)", "the config has fields this node does not know; it may be for a newer version")
+	if path, ok := protostrict.Unknown(c); ok {
+		if path == "" {
+			path = "(unknown)"
+		}
+		return nil, fieldErr(path, "has fields this node does not know; the config may be for a newer version")
 	}
 	if c.GetVersion() != Version {
 		return nil, fieldErr("version", "is %d; this node reads version %d", c.GetVersion(), Version)
@@ -240,6 +245,10 @@ func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error
 		return fieldErr(field, "is not an X.509 certificate: %v", err)
 	}
 	switch {
+	case cert.Version != 3:
+		return fieldErr(field, "is an X.509 v%d certificate; the owner's must be v3, with its key usages (borough owner init makes one)", cert.Version)
+	case !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth):
+		return fieldErr(field, "does not allow client authentication (extended key usage clientAuth), which is what the owner uses it for")
 	case cert.IsCA:
 		return fieldErr(field, "is a CA certificate; give the owner's own (leaf) certificate, since the cluster trusts it as a root")
 	case now.Before(cert.NotBefore):

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"math/big"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,12 @@ var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 // cert makes a self-signed certificate valid from notBefore for a year.
 func cert(t testing.TB, isCA bool, notBefore time.Time) []byte {
 	t.Helper()
+	return certUsage(t, isCA, notBefore, x509.ExtKeyUsageClientAuth)
+}
+
+// certUsage is cert with the given extended key usages.
+func certUsage(t testing.TB, isCA bool, notBefore time.Time, usage ...x509.ExtKeyUsage) []byte {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -40,13 +47,22 @@ func cert(t testing.TB, isCA bool, notBefore time.Time) []byte {
 		NotAfter:              notBefore.AddDate(1, 0, 0),
 		BasicConstraintsValid: true,
 		IsCA:                  isCA,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:           usage,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return der
+}
+
+func readFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func bootstrap(name string, owner []byte) *enrolmentpb.Config {
@@ -89,6 +105,8 @@ func TestCheck(t *testing.T) {
 	ownerCert, _ := x509.ParseCertificate(owner)
 	withUnknown := bootstrap("prod", nil)
 	withUnknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	nestedUnknown := bootstrap("prod", nil)
+	nestedUnknown.GetBootstrap().ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
 	policy := func(p enrolmentpb.StoragePolicy) *enrolmentpb.Config {
 		c := bootstrap("prod", nil)
 		c.StoragePolicy = p
@@ -154,6 +172,13 @@ func TestCheck(t *testing.T) {
 			wantField: "bootstrap.owner_certificate", wantText: "not an X.509 certificate"},
 		{name: "PEM owner", config: bootstrap("prod", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: owner})),
 			wantField: "bootstrap.owner_certificate", wantText: "is PEM"},
+		{name: "server-auth owner", config: bootstrap("prod", certUsage(t, false, now.AddDate(0, -1, 0), x509.ExtKeyUsageServerAuth)),
+			wantField: "bootstrap.owner_certificate", wantText: "does not allow client authentication"},
+		{name: "owner without usages", config: bootstrap("prod", certUsage(t, false, now.AddDate(0, -1, 0))),
+			wantField: "bootstrap.owner_certificate", wantText: "does not allow client authentication"},
+		// Made by openssl x509 -req without extensions; valid until 2126.
+		{name: "v1 owner", config: bootstrap("prod", readFile(t, "testdata/owner-v1.der")),
+			wantField: "bootstrap.owner_certificate", wantText: "X.509 v1 certificate"},
 		{name: "CA owner", config: bootstrap("prod", cert(t, true, now.AddDate(0, -1, 0))),
 			wantField: "bootstrap.owner_certificate", wantText: "CA certificate"},
 		{name: "future owner", config: bootstrap("prod", cert(t, false, now.AddDate(0, 1, 0))),
@@ -162,6 +187,7 @@ func TestCheck(t *testing.T) {
 			wantField: "bootstrap.owner_certificate", wantText: "expired"},
 		{name: "unknown policy", config: policy(42), wantField: "storage_policy"},
 		{name: "unknown field", config: withUnknown, wantField: "(unknown)"},
+		{name: "unknown field in bootstrap", config: nestedUnknown, wantField: "bootstrap"},
 		{name: "static without addresses", config: static(&enrolmentpb.Static{}), wantField: "network.static.addresses"},
 		{name: "bad address", config: static(&enrolmentpb.Static{Addresses: []string{"192.0.2.10"}}),
 			wantField: "network.static.addresses[0]"},

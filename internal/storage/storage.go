@@ -174,6 +174,7 @@ func (s *Storage) create(cfg Config, k keeper, state crypt.State) (err error) {
 	if err != nil {
 		return fmt.Errorf("making local unlock key: %w", err)
 	}
+	defer clear(luk)
 	if err := k.store(esp.SealedLocalKey, luk); err != nil {
 		return err
 	}
@@ -181,6 +182,7 @@ func (s *Storage) create(cfg Config, k keeper, state crypt.State) (err error) {
 	if err != nil {
 		return fmt.Errorf("making cluster unlock key: %w", err)
 	}
+	defer clear(cuk)
 	cfg.Pause(StepKeys)
 
 	header, err := crypt.NewHeader(luk, cuk)
@@ -230,10 +232,12 @@ func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) (err error)
 	if err != nil {
 		return explainKeyError("local unlock key", err)
 	}
+	defer clear(luk)
 	cuk, err := cfg.ClusterKeys.Get()
 	if err != nil {
 		return explainKeyError("cluster unlock key", err)
 	}
+	defer clear(cuk)
 	key, err := header.VolumeKey(luk, cuk)
 	if err != nil {
 		return fmt.Errorf("unlocking data volume: %w: the keys on this ESP belong to another volume. "+

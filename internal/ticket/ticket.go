@@ -37,6 +37,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/protostrict"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
 )
@@ -133,6 +134,14 @@ func Parse(b []byte) (*enrolmentpb.Ticket, error) {
 	return &t, nil
 }
 
+// where says where in a message a path is, for an error.
+func where(path string) string {
+	if path == "" {
+		return ""
+	}
+	return " (in " + path + ")"
+}
+
 var (
 	clusterName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 	fingerprint = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
@@ -140,9 +149,10 @@ var (
 
 // Check checks a ticket's form.
 func Check(t *enrolmentpb.Ticket) error {
+	if path, ok := protostrict.Unknown(t); ok {
+		return fmt.Errorf("the ticket has fields this node does not know%s; it may be for a newer version", where(path))
+	}
 	switch {
-	case len(t.ProtoReflect().GetUnknown()) > 0:
-		return errors.New("the ticket has fields this node does not know; it may be for a newer version")
 	case t.GetVersion() != Version:
 		return fmt.Errorf("the ticket has version %d; this node reads version %d", t.GetVersion(), Version)
 	case !clusterName.MatchString(t.GetClusterName()):
