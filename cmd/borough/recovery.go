@@ -14,8 +14,8 @@ import (
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/crypt"
+	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/partition"
-	"github.com/borough-os/borough/internal/storage"
 )
 
 func recoveryCommand() *cobra.Command {
@@ -69,8 +69,8 @@ func copyKeys(stdout io.Writer, disk, outDir string) error {
 		if err != nil {
 			return fmt.Errorf("reading %s from the ESP: %w", f, err)
 		}
-		key, err := storage.ClearKey(b)
-		if errors.Is(err, storage.ErrKeySealed) {
+		key, err := keyfile.ClearKey(b)
+		if errors.Is(err, keyfile.ErrKeySealed) {
 			return fmt.Errorf("%s: %w; unseal it on the node's own machine", f, err)
 		}
 		if err != nil {

@@ -24,8 +24,8 @@ import (
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/fwcfg"
+	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/protostrict"
-	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
@@ -49,7 +49,7 @@ type Enrolment struct {
 	// its validity is the cluster's to judge.
 	Ticket *enrolmentpb.Ticket
 	// StoragePolicy is how the data volume's key is protected.
-	StoragePolicy storage.TPMPolicy
+	StoragePolicy keyfile.TPMPolicy
 	// Interfaces are the links to configure; none means DHCP on the
 	// first link that comes up, advertised.
 	Interfaces []Interface
@@ -260,14 +260,14 @@ func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error
 	return nil
 }
 
-func storagePolicy(p enrolmentpb.StoragePolicy) (storage.TPMPolicy, error) {
+func storagePolicy(p enrolmentpb.StoragePolicy) (keyfile.TPMPolicy, error) {
 	switch p {
 	case enrolmentpb.StoragePolicy_STORAGE_POLICY_UNSPECIFIED, enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_BEST_EFFORT:
-		return storage.TPMBestEffort, nil
+		return keyfile.TPMBestEffort, nil
 	case enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_REQUIRED:
-		return storage.TPMRequired, nil
+		return keyfile.TPMRequired, nil
 	case enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_DISABLED:
-		return storage.TPMDisabled, nil
+		return keyfile.TPMDisabled, nil
 	}
 	return 0, fieldErr("storage_policy", "%d is not a known policy", int32(p))
 }

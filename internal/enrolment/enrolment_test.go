@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -123,9 +123,9 @@ func TestCheck(t *testing.T) {
 			want: &Enrolment{ClusterName: "prod-1", Owner: ownerCert}},
 		{name: "bootstrap without owner", config: bootstrap("a", nil), want: &Enrolment{ClusterName: "a"}},
 		{name: "required TPM", config: policy(enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_REQUIRED),
-			want: &Enrolment{ClusterName: "prod", StoragePolicy: storage.TPMRequired}},
+			want: &Enrolment{ClusterName: "prod", StoragePolicy: keyfile.TPMRequired}},
 		{name: "disabled TPM", config: policy(enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_DISABLED),
-			want: &Enrolment{ClusterName: "prod", StoragePolicy: storage.TPMDisabled}},
+			want: &Enrolment{ClusterName: "prod", StoragePolicy: keyfile.TPMDisabled}},
 		{name: "static network", config: static(&enrolmentpb.Static{
 			Interface: "eth0", Addresses: []string{"192.0.2.10/24", "2001:db8::10/64"},
 			Gateway4: "192.0.2.1", Gateway6: "2001:db8::1", Dns: []string{"192.0.2.53"},

@@ -3,55 +3,14 @@ package storage
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/crypt"
+	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/tpm"
 )
-
-// TPMPolicy says whether unlock keys must be sealed to a TPM.
-type TPMPolicy int
-
-const (
-	// TPMBestEffort seals to the TPM when there is one and stores keys in
-	// clear (with a loud warning) when there is none.
-	TPMBestEffort TPMPolicy = iota
-	// TPMRequired refuses to run without a TPM.
-	TPMRequired
-	// TPMDisabled never uses the TPM; keys are stored in clear.
-	TPMDisabled
-)
-
-func (p TPMPolicy) String() string {
-	switch p {
-	case TPMBestEffort:
-		return "best-effort"
-	case TPMRequired:
-		return "required"
-	case TPMDisabled:
-		return "disabled"
-	}
-	return fmt.Sprintf("TPMPolicy(%d)", int(p))
-}
-
-// keyFileVersion is the version of keyFile this node writes and reads.
-const keyFileVersion = 1
-
-// keyFile is how an unlock key is kept on the ESP: sealed to the TPM, or,
-// without one, in clear.
-type keyFile struct {
-	Version int             `json:"version"`
-	Sealed  json.RawMessage `json:"sealed,omitempty"`
-	Clear   []byte          `json:"clear,omitempty"`
-}
-
-// isSealed says whether the file holds a sealed key; a JSON null is none.
-func (kf keyFile) isSealed() bool {
-	return len(kf.Sealed) > 0 && string(kf.Sealed) != "null"
-}
 
 // Errors of keys whose seal cannot be opened. Storage wraps them with what
 // the operator can do.
@@ -66,7 +25,7 @@ var (
 type keeper struct {
 	root   string
 	tpm    *tpm.TPM
-	policy TPMPolicy
+	policy keyfile.TPMPolicy
 }
 
 // newKey returns a fresh unlock key from crypto/rand, mixed with the TPM's
@@ -91,7 +50,7 @@ func (k keeper) newKey() ([]byte, error) {
 
 // store seals key (if there is a TPM) and writes it to f.
 func (k keeper) store(f esp.File, key []byte) error {
-	kf := keyFile{Version: keyFileVersion}
+	var kf keyfile.File
 	if k.tpm != nil {
 		sealed, err := k.tpm.Seal(key, tpm.DefaultPCRs)
 		if err != nil {
@@ -103,7 +62,7 @@ func (k keeper) store(f esp.File, key []byte) error {
 	} else {
 		kf.Clear = key
 	}
-	b, err := json.Marshal(kf)
+	b, err := kf.Marshal()
 	if err != nil {
 		return err
 	}
@@ -116,16 +75,13 @@ func (k keeper) load(f esp.File) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", f, err)
 	}
-	var kf keyFile
-	if err := json.Unmarshal(b, &kf); err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", f, err)
-	}
-	if kf.Version != keyFileVersion {
-		return nil, fmt.Errorf("%s has version %d, this node reads version %d", f, kf.Version, keyFileVersion)
+	kf, err := keyfile.Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f, err)
 	}
 	switch {
-	case kf.isSealed():
-		if k.policy == TPMDisabled {
+	case kf.IsSealed():
+		if k.policy == keyfile.TPMDisabled {
 			return nil, fmt.Errorf("%s: %w", f, ErrTPMDisabled)
 		}
 		if k.tpm == nil {
@@ -141,7 +97,7 @@ func (k keeper) load(f esp.File) ([]byte, error) {
 		}
 		return checkSize(f, key)
 	case kf.Clear != nil:
-		if k.policy == TPMRequired {
+		if k.policy == keyfile.TPMRequired {
 			return nil, fmt.Errorf("%s: %w", f, ErrKeyInClear)
 		}
 		return checkSize(f, kf.Clear)
@@ -187,26 +143,4 @@ func (e Escrow) New() ([]byte, error) {
 // Get implements ClusterKeys.
 func (e Escrow) Get() ([]byte, error) {
 	return e.k.load(esp.ClusterKeyEscrow)
-}
-
-// ErrKeySealed is returned by ClearKey for a key sealed to a TPM.
-var ErrKeySealed = errors.New("the key is sealed to the node's TPM")
-
-// ClearKey returns the key in a key file that holds it in clear, as a node
-// without a TPM writes them. It is for recovery on another machine.
-func ClearKey(b []byte) ([]byte, error) {
-	var kf keyFile
-	if err := json.Unmarshal(b, &kf); err != nil {
-		return nil, fmt.Errorf("parsing key file: %w", err)
-	}
-	if kf.Version != keyFileVersion {
-		return nil, fmt.Errorf("key file has version %d, want %d", kf.Version, keyFileVersion)
-	}
-	if kf.isSealed() {
-		return nil, ErrKeySealed
-	}
-	if len(kf.Clear) != crypt.UnlockKeySize {
-		return nil, fmt.Errorf("key file holds a %d-byte key, want %d", len(kf.Clear), crypt.UnlockKeySize)
-	}
-	return kf.Clear, nil
 }

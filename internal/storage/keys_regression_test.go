@@ -8,21 +8,22 @@ import (
 	"testing"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/keyfile"
 )
 
 // "sealed":null is JSON for no sealed key; json.RawMessage keeps the 4
-// bytes "null", which load and ClearKey must not take for a sealed key.
+// bytes "null", which load and keyfile.ClearKey must not take for a sealed key.
 func TestLoadSealedNull(t *testing.T) {
 	const f = esp.SealedLocalKey
 	root := t.TempDir()
 	b := []byte(`{"version":1,"sealed":null,"clear":"` + base64.StdEncoding.EncodeToString(testKey(1)) + `"}`)
 	mkdir(t, filepath.Dir(f.In(root)))
 	writeFile(t, f.In(root), b)
-	if _, err := (keeper{root: root, policy: TPMBestEffort}).load(f); err != nil {
+	if _, err := (keeper{root: root, policy: keyfile.TPMBestEffort}).load(f); err != nil {
 		t.Errorf("load of a clear key with \"sealed\":null: %v", err)
 	}
-	if _, err := ClearKey(b); errors.Is(err, ErrKeySealed) {
-		t.Errorf("ClearKey of a clear key with \"sealed\":null: %v", err)
+	if _, err := keyfile.ClearKey(b); errors.Is(err, keyfile.ErrKeySealed) {
+		t.Errorf("keyfile.ClearKey of a clear key with \"sealed\":null: %v", err)
 	}
 }
 
@@ -33,7 +34,7 @@ func TestStoreStaleTmpMode(t *testing.T) {
 	root := t.TempDir()
 	mkdir(t, filepath.Dir(f.In(root)))
 	writeFile(t, f.In(root)+".tmp", nil) // 0644
-	if err := (keeper{root: root, policy: TPMDisabled}).store(f, testKey(1)); err != nil {
+	if err := (keeper{root: root, policy: keyfile.TPMDisabled}).store(f, testKey(1)); err != nil {
 		t.Fatal(err)
 	}
 	info, err := os.Stat(f.In(root))

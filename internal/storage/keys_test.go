@@ -25,6 +25,7 @@ import (
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/crypt"
+	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/tpm"
 )
 
@@ -73,29 +74,6 @@ func newTestTPM(t *testing.T) (*tpm.TPM, *randomRecorder) {
 	return tp, rec
 }
 
-func TestTPMPolicyString(t *testing.T) {
-	for _, tc := range []struct {
-		p    TPMPolicy
-		want string
-	}{
-		{TPMBestEffort, "best-effort"},
-		{TPMRequired, "required"},
-		{TPMDisabled, "disabled"},
-		{TPMDisabled + 1, "TPMPolicy(3)"},
-		{-1, "TPMPolicy(-1)"},
-	} {
-		t.Run(tc.want, func(t *testing.T) {
-			if got := tc.p.String(); got != tc.want {
-				t.Errorf("TPMPolicy(%d).String() = %q, want %q", int(tc.p), got, tc.want)
-			}
-		})
-	}
-	// The zero Config must be best-effort: a TPM when there is one.
-	if got := (Config{}).Policy; got != TPMBestEffort {
-		t.Errorf("zero Config.Policy = %v, want %v", got, TPMBestEffort)
-	}
-}
-
 func TestCheckSize(t *testing.T) {
 	const f = esp.SealedLocalKey
 	for _, n := range []int{0, 1, 16, crypt.UnlockKeySize - 1, crypt.UnlockKeySize, crypt.UnlockKeySize + 1, 64} {
@@ -127,7 +105,7 @@ func TestCheckSize(t *testing.T) {
 }
 
 func TestNewKeyWithoutTPM(t *testing.T) {
-	k := keeper{policy: TPMDisabled}
+	k := keeper{policy: keyfile.TPMDisabled}
 	t.Run("fresh", func(t *testing.T) {
 		k1, err := k.newKey()
 		if err != nil {
@@ -165,7 +143,7 @@ func TestNewKeyWithoutTPM(t *testing.T) {
 
 func TestNewKeyWithTPM(t *testing.T) {
 	tp, rec := newTestTPM(t)
-	k := keeper{tpm: tp, policy: TPMRequired}
+	k := keeper{tpm: tp, policy: keyfile.TPMRequired}
 
 	k1, err := k.newKey()
 	if err != nil {
@@ -227,7 +205,7 @@ func TestKeyFileJSON(t *testing.T) {
 	}
 
 	t.Run("clear", func(t *testing.T) {
-		kf := keyFile{Version: keyFileVersion, Clear: key}
+		kf := keyfile.File{Version: keyfile.Version, Clear: key}
 		b, err := json.Marshal(kf)
 		if err != nil {
 			t.Fatal(err)
@@ -236,7 +214,7 @@ func TestKeyFileJSON(t *testing.T) {
 		if diff := cmp.Diff(want, string(b)); diff != "" {
 			t.Errorf("keyFile in clear (-want +got):\n%s", diff)
 		}
-		var got keyFile
+		var got keyfile.File
 		if err := json.Unmarshal(b, &got); err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +236,7 @@ func TestKeyFileJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kf := keyFile{Version: keyFileVersion, Sealed: blob}
+		kf := keyfile.File{Version: keyfile.Version, Sealed: blob}
 		b, err := json.Marshal(kf)
 		if err != nil {
 			t.Fatal(err)
@@ -279,7 +257,7 @@ func TestKeyFileJSON(t *testing.T) {
 			t.Errorf("sealed is stored as %.20s..., want a JSON object", fields["sealed"])
 		}
 
-		var got keyFile
+		var got keyfile.File
 		if err := json.Unmarshal(b, &got); err != nil {
 			t.Fatal(err)
 		}
@@ -421,8 +399,8 @@ func checkKeyFile(t *testing.T, root string, f esp.File, key []byte, sealed bool
 	if err := json.Unmarshal(b, &fields); err != nil {
 		t.Fatalf("key file is not JSON: %v\n%s", err, b)
 	}
-	if got := string(fields["version"]); got != fmt.Sprint(keyFileVersion) {
-		t.Errorf("key file version = %s, want %d", got, keyFileVersion)
+	if got := string(fields["version"]); got != fmt.Sprint(keyfile.Version) {
+		t.Errorf("key file version = %s, want %d", got, keyfile.Version)
 	}
 	if sealed {
 		if _, ok := fields["clear"]; ok {
@@ -452,19 +430,19 @@ func TestKeeperStoreLoad(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		tpm    bool
-		policy TPMPolicy
+		policy keyfile.TPMPolicy
 		// between, if set, changes the machine between store and load
 		// and returns the TPM for load.
 		between func(t *testing.T, s *testSim) *testSim
 	}{
-		{name: "no TPM, best effort", policy: TPMBestEffort},
-		{name: "no TPM, TPM disabled", policy: TPMDisabled},
-		{name: "TPM, required", tpm: true, policy: TPMRequired},
-		{name: "TPM, best effort", tpm: true, policy: TPMBestEffort},
+		{name: "no TPM, best effort", policy: keyfile.TPMBestEffort},
+		{name: "no TPM, TPM disabled", policy: keyfile.TPMDisabled},
+		{name: "TPM, required", tpm: true, policy: keyfile.TPMRequired},
+		{name: "TPM, best effort", tpm: true, policy: keyfile.TPMBestEffort},
 		{
 			// A reboot resets the PCRs; the same firmware measures the
 			// same boot again (here: nothing), and the TPM keeps its seed.
-			name: "TPM, after a reboot", tpm: true, policy: TPMRequired,
+			name: "TPM, after a reboot", tpm: true, policy: keyfile.TPMRequired,
 			between: func(t *testing.T, s *testSim) *testSim {
 				s.close(t)
 				return openSim(t, 1)
@@ -472,7 +450,7 @@ func TestKeeperStoreLoad(t *testing.T) {
 		},
 		{
 			// The key is sealed to PCRs 4, 7 and 12 only.
-			name: "TPM, PCR 0 extended", tpm: true, policy: TPMRequired,
+			name: "TPM, PCR 0 extended", tpm: true, policy: keyfile.TPMRequired,
 			between: func(t *testing.T, s *testSim) *testSim {
 				s.extend(t, 0, "firmware update")
 				return s
@@ -524,7 +502,7 @@ func TestKeeperStoreStaleTmp(t *testing.T) {
 	root := t.TempDir()
 	mkdir(t, filepath.Dir(f.In(root)))
 	writeFile(t, f.In(root)+".tmp", []byte(`{"version":1,"clear":"c3RhbGU="}`+strings.Repeat(" stale", 100)))
-	k := keeper{root: root, policy: TPMDisabled}
+	k := keeper{root: root, policy: keyfile.TPMDisabled}
 	if err := k.store(f, testKey(3)); err != nil {
 		t.Fatalf("store: %v", err)
 	}
@@ -535,7 +513,7 @@ func TestKeeperStoreError(t *testing.T) {
 	// The ESP root is a file: the key's directory cannot be made.
 	root := filepath.Join(t.TempDir(), "esp")
 	writeFile(t, root, nil)
-	k := keeper{root: root, policy: TPMDisabled}
+	k := keeper{root: root, policy: keyfile.TPMDisabled}
 	err := k.store(esp.SealedLocalKey, testKey(1))
 	if err == nil {
 		t.Fatal("store on an ESP root that is a file succeeded")
@@ -551,7 +529,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 		return `{"version":1,"clear":"` + base64.StdEncoding.EncodeToString(key) + `"}`
 	}
 	// withFile writes content to f and loads with no TPM and policy.
-	withFile := func(content string, policy TPMPolicy) func(*testing.T, string) keeper {
+	withFile := func(content string, policy keyfile.TPMPolicy) func(*testing.T, string) keeper {
 		return func(t *testing.T, root string) keeper {
 			mkdir(t, filepath.Dir(f.In(root)))
 			writeFile(t, f.In(root), []byte(content))
@@ -563,7 +541,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 	sealed := func(change func(*testing.T, *testSim, keeper) keeper) func(*testing.T, string) keeper {
 		return func(t *testing.T, root string) keeper {
 			s := openSim(t, 1)
-			k := keeper{root: root, tpm: s.tpm, policy: TPMRequired}
+			k := keeper{root: root, tpm: s.tpm, policy: keyfile.TPMRequired}
 			if err := k.store(f, testKey(1)); err != nil {
 				t.Fatalf("store: %v", err)
 			}
@@ -587,62 +565,62 @@ func TestKeeperLoadErrors(t *testing.T) {
 		},
 		{
 			name:  "garbage",
-			setup: withFile("not JSON", TPMBestEffort),
-			want:  []string{"parsing " + string(f)},
+			setup: withFile("not JSON", keyfile.TPMBestEffort),
+			want:  []string{string(f) + ": parsing key file"},
 		},
 		{
 			name:  "empty file",
-			setup: withFile("", TPMBestEffort),
-			want:  []string{"parsing " + string(f)},
+			setup: withFile("", keyfile.TPMBestEffort),
+			want:  []string{string(f) + ": parsing key file"},
 		},
 		{
 			name:  "truncated JSON",
-			setup: withFile(clearKey(testKey(1))[:20], TPMBestEffort),
-			want:  []string{"parsing " + string(f)},
+			setup: withFile(clearKey(testKey(1))[:20], keyfile.TPMBestEffort),
+			want:  []string{string(f) + ": parsing key file"},
 		},
 		{
 			name:  "no version",
-			setup: withFile(strings.Replace(clearKey(testKey(1)), `"version":1,`, "", 1), TPMBestEffort),
-			want:  []string{string(f) + " has version 0, this node reads version 1"},
+			setup: withFile(strings.Replace(clearKey(testKey(1)), `"version":1,`, "", 1), keyfile.TPMBestEffort),
+			want:  []string{string(f) + ": key file has version 0, this node reads version 1"},
 		},
 		{
 			name:  "newer version",
-			setup: withFile(strings.Replace(clearKey(testKey(1)), `"version":1`, `"version":2`, 1), TPMBestEffort),
-			want:  []string{string(f) + " has version 2, this node reads version 1"},
+			setup: withFile(strings.Replace(clearKey(testKey(1)), `"version":1`, `"version":2`, 1), keyfile.TPMBestEffort),
+			want:  []string{string(f) + ": key file has version 2, this node reads version 1"},
 		},
 		{
 			name:  "no key",
-			setup: withFile(`{"version":1}`, TPMBestEffort),
+			setup: withFile(`{"version":1}`, keyfile.TPMBestEffort),
 			want:  []string{string(f) + " holds no key"},
 		},
 		{
 			name:  "null clear key",
-			setup: withFile(`{"version":1,"clear":null}`, TPMBestEffort),
+			setup: withFile(`{"version":1,"clear":null}`, keyfile.TPMBestEffort),
 			want:  []string{string(f) + " holds no key"},
 		},
 		{
 			name:  "clear key too short",
-			setup: withFile(clearKey(testKey(1)[:16]), TPMBestEffort),
+			setup: withFile(clearKey(testKey(1)[:16]), keyfile.TPMBestEffort),
 			want:  []string{string(f) + " holds a 16-byte key, want 32"},
 		},
 		{
 			name:  "clear key too long",
-			setup: withFile(clearKey(append(testKey(1), 0)), TPMDisabled),
+			setup: withFile(clearKey(append(testKey(1), 0)), keyfile.TPMDisabled),
 			want:  []string{string(f) + " holds a 33-byte key, want 32"},
 		},
 		{
 			name:  "clear key empty",
-			setup: withFile(`{"version":1,"clear":""}`, TPMBestEffort),
+			setup: withFile(`{"version":1,"clear":""}`, keyfile.TPMBestEffort),
 			want:  []string{string(f)},
 		},
 		{
 			name:  "clear key not base64",
-			setup: withFile(`{"version":1,"clear":"!!!"}`, TPMBestEffort),
-			want:  []string{"parsing " + string(f)},
+			setup: withFile(`{"version":1,"clear":"!!!"}`, keyfile.TPMBestEffort),
+			want:  []string{string(f) + ": parsing key file"},
 		},
 		{
 			name:   "clear key, TPM required, no TPM",
-			setup:  withFile(clearKey(testKey(1)), TPMRequired),
+			setup:  withFile(clearKey(testKey(1)), keyfile.TPMRequired),
 			wantIs: ErrKeyInClear,
 			want:   []string{string(f)},
 		},
@@ -652,7 +630,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 			// have been swapped.
 			name: "clear key, TPM required, with TPM",
 			setup: func(t *testing.T, root string) keeper {
-				k := withFile(clearKey(testKey(1)), TPMRequired)(t, root)
+				k := withFile(clearKey(testKey(1)), keyfile.TPMRequired)(t, root)
 				k.tpm = openSim(t, 1).tpm
 				return k
 			},
@@ -663,7 +641,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 			name: "sealed key, no TPM",
 			setup: sealed(func(t *testing.T, s *testSim, k keeper) keeper {
 				s.close(t)
-				return keeper{root: k.root, policy: TPMBestEffort}
+				return keeper{root: k.root, policy: keyfile.TPMBestEffort}
 			}),
 			wantIs: ErrNoTPMForKey,
 			want:   []string{string(f)},
@@ -672,7 +650,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 			name: "sealed key, TPM disabled",
 			setup: sealed(func(t *testing.T, s *testSim, k keeper) keeper {
 				s.close(t)
-				return keeper{root: k.root, policy: TPMDisabled}
+				return keeper{root: k.root, policy: keyfile.TPMDisabled}
 			}),
 			wantIs: ErrTPMDisabled,
 			want:   []string{string(f)},
@@ -708,7 +686,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 		{
 			name: "sealed object not a sealed key",
 			setup: func(t *testing.T, root string) keeper {
-				k := withFile(`{"version":1,"sealed":{"version":99}}`, TPMRequired)(t, root)
+				k := withFile(`{"version":1,"sealed":{"version":99}}`, keyfile.TPMRequired)(t, root)
 				k.tpm = openSim(t, 1).tpm
 				return k
 			},
@@ -746,7 +724,7 @@ func TestEscrow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			e := Escrow{k: keeper{root: root, policy: TPMBestEffort}}
+			e := Escrow{k: keeper{root: root, policy: keyfile.TPMBestEffort}}
 			if tc.tpm {
 				e.k.tpm = openSim(t, 1).tpm
 			}
@@ -791,11 +769,11 @@ func TestClearKey(t *testing.T) {
 	// A key file as a node without a TPM writes it, and one as a node
 	// with a TPM does.
 	root := t.TempDir()
-	if err := (keeper{root: root, policy: TPMBestEffort}).store(esp.SealedLocalKey, testKey(5)); err != nil {
+	if err := (keeper{root: root, policy: keyfile.TPMBestEffort}).store(esp.SealedLocalKey, testKey(5)); err != nil {
 		t.Fatal(err)
 	}
 	s := openSim(t, 1)
-	if err := (keeper{root: root, tpm: s.tpm, policy: TPMRequired}).store(esp.ClusterKeyEscrow, testKey(6)); err != nil {
+	if err := (keeper{root: root, tpm: s.tpm, policy: keyfile.TPMRequired}).store(esp.ClusterKeyEscrow, testKey(6)); err != nil {
 		t.Fatal(err)
 	}
 	s.close(t)
@@ -823,12 +801,12 @@ func TestClearKey(t *testing.T) {
 		{name: "as stored without a TPM", b: stored(esp.SealedLocalKey), want: testKey(5)},
 		{name: "clear", b: clearFile(testKey(7)), want: testKey(7)},
 		{name: "unknown field", b: []byte(`{"version":1,"clear":"` + base64.StdEncoding.EncodeToString(testKey(8)) + `","x":1}`), want: testKey(8)},
-		{name: "as stored with a TPM", b: stored(esp.ClusterKeyEscrow), wantIs: ErrKeySealed},
-		{name: "sealed", b: []byte(`{"version":1,"sealed":{}}`), wantIs: ErrKeySealed},
-		{name: "sealed and clear", b: []byte(`{"version":1,"sealed":{},"clear":"` + base64.StdEncoding.EncodeToString(testKey(9)) + `"}`), wantIs: ErrKeySealed},
-		{name: "no version", b: []byte(`{"clear":"` + base64.StdEncoding.EncodeToString(testKey(9)) + `"}`), wantErr: []string{"version 0, want 1"}},
-		{name: "newer version", b: bytes.Replace(clearFile(testKey(9)), []byte(`"version":1`), []byte(`"version":2`), 1), wantErr: []string{"version 2, want 1"}},
-		{name: "newer version, sealed", b: []byte(`{"version":2,"sealed":{}}`), wantErr: []string{"version 2, want 1"}},
+		{name: "as stored with a TPM", b: stored(esp.ClusterKeyEscrow), wantIs: keyfile.ErrKeySealed},
+		{name: "sealed", b: []byte(`{"version":1,"sealed":{}}`), wantIs: keyfile.ErrKeySealed},
+		{name: "sealed and clear", b: []byte(`{"version":1,"sealed":{},"clear":"` + base64.StdEncoding.EncodeToString(testKey(9)) + `"}`), wantIs: keyfile.ErrKeySealed},
+		{name: "no version", b: []byte(`{"clear":"` + base64.StdEncoding.EncodeToString(testKey(9)) + `"}`), wantErr: []string{"version 0, this node reads version 1"}},
+		{name: "newer version", b: bytes.Replace(clearFile(testKey(9)), []byte(`"version":1`), []byte(`"version":2`), 1), wantErr: []string{"version 2, this node reads version 1"}},
+		{name: "newer version, sealed", b: []byte(`{"version":2,"sealed":{}}`), wantErr: []string{"version 2, this node reads version 1"}},
 		{name: "too short", b: clearFile(testKey(9)[:31]), wantErr: []string{"31-byte key, want 32"}},
 		{name: "too long", b: clearFile(append(testKey(9), 1)), wantErr: []string{"33-byte key, want 32"}},
 		{name: "empty key", b: []byte(`{"version":1,"clear":""}`), wantErr: []string{"0-byte key, want 32"}},
@@ -838,28 +816,28 @@ func TestClearKey(t *testing.T) {
 		{name: "not base64", b: []byte(`{"version":1,"clear":"!!"}`), wantErr: []string{"parsing key file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ClearKey(tc.b)
+			got, err := keyfile.ClearKey(tc.b)
 			if tc.want != nil {
 				if err != nil {
-					t.Fatalf("ClearKey(%s): %v", tc.b, err)
+					t.Fatalf("keyfile.ClearKey(%s): %v", tc.b, err)
 				}
 				if diff := cmp.Diff(tc.want, got); diff != "" {
-					t.Errorf("ClearKey (-want +got):\n%s", diff)
+					t.Errorf("keyfile.ClearKey (-want +got):\n%s", diff)
 				}
 				return
 			}
 			if err == nil {
-				t.Fatalf("ClearKey(%s) = %x, want an error", tc.b, got)
+				t.Fatalf("keyfile.ClearKey(%s) = %x, want an error", tc.b, got)
 			}
 			if got != nil {
-				t.Errorf("ClearKey returned a key with its error %v", err)
+				t.Errorf("keyfile.ClearKey returned a key with its error %v", err)
 			}
 			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
-				t.Errorf("ClearKey error %q is not %q", err, tc.wantIs)
+				t.Errorf("keyfile.ClearKey error %q is not %q", err, tc.wantIs)
 			}
 			for _, s := range tc.wantErr {
 				if !strings.Contains(err.Error(), s) {
-					t.Errorf("ClearKey error %q does not contain %q", err, s)
+					t.Errorf("keyfile.ClearKey error %q does not contain %q", err, s)
 				}
 			}
 		})

@@ -32,6 +32,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/bootdisk"
 	"github.com/borough-os/borough/internal/crypt"
+	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/tpm"
 )
 
@@ -57,7 +58,7 @@ type Config struct {
 	// TPM is the machine's TPM, or nil if it has none.
 	TPM *tpm.TPM
 	// Policy says whether the TPM must be used.
-	Policy TPMPolicy
+	Policy keyfile.TPMPolicy
 	// ClusterKeys supplies the CUK; nil means an Escrow on the ESP.
 	ClusterKeys ClusterKeys
 	// Pause, if set, is called after each first-boot step (Step*), for
@@ -119,9 +120,9 @@ func (s *Storage) MountData(cfg Config) error {
 	}
 	k := keeper{root: ESPRoot, tpm: cfg.TPM, policy: cfg.Policy}
 	switch {
-	case cfg.Policy == TPMRequired && cfg.TPM == nil:
+	case cfg.Policy == keyfile.TPMRequired && cfg.TPM == nil:
 		return errors.New("the storage policy requires a TPM, and this machine has none")
-	case cfg.Policy == TPMDisabled:
+	case cfg.Policy == keyfile.TPMDisabled:
 		k.tpm = nil
 	}
 	if cfg.ClusterKeys == nil {
