@@ -57,8 +57,10 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ] && git rev-parse --verify -q HEAD >/dev/null;
 	export SOURCE_DATE_EPOCH
 fi
 version=$(git describe --always --dirty 2>/dev/null || echo dev)
+# SECUREBOOT=dir signs the boot binary with the owner's db key in dir and
+# puts the keys' signed updates on the ESP (borough secureboot init).
 "$out/bin/borough" image build --kernel "$out/vmlinuz" --init "$out/init" --node "$out/node" \
-	--out "$out" --size "$size" --version "$version"
+	--out "$out" --size "$size" --version "$version" ${SECUREBOOT:+--secureboot "$SECUREBOOT"}
 
 # The image boot tests use: the same kernel and init, and a node built
 # with its test hooks (node/testhooks.go). Users get $out/borough.img.

@@ -23,6 +23,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/qemu"
 )
@@ -164,6 +165,8 @@ func TestCluster(t *testing.T) {
 	expect(t, vm, stepTimeout, "borough: rebooting")
 	expect(t, vm, bootTimeout, unlocked, "borough: state New -> Restarting", "borough: state Restarting -> Running", running)
 	c = client(t, env, env["ETCDCTL_CERT"], env["ETCDCTL_KEY"])
+	ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	get, err := c.Get(ctx, "greeting")
 	if err != nil {
 		t.Fatalf("get after reboot: %v", err)
@@ -175,6 +178,29 @@ func TestCluster(t *testing.T) {
 		t.Errorf("cluster ID %x after reboot, was %x", get.Header.ClusterId, clusterID)
 	}
 	powerOff(t, vm)
+
+	// An established node runs from what it applied on its first boot:
+	// a clock in 2001, before the owner's certificate is valid, and
+	// another config in fw_cfg do not stop it.
+	other := filepath.Join(t.TempDir(), "other.pb")
+	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "other", "--out", other)
+	skewed := opts
+	skewed.FwCfg, skewed.RTCBase = other, "2001-01-01"
+	vm = boot(t, skewed)
+	expect(t, vm, bootTimeout, "differs from the one this node applied on its first boot; ignoring it",
+		unlocked, "borough: state Restarting -> Running", running)
+	powerOff(t, vm)
+
+	// A torn node state record on the ESP: the data volume's decides,
+	// and the ESP's is written again.
+	writeESPFile(t, img, esp.NodeState, []byte(`{"version":1,"pha`))
+	vm = boot(t, opts)
+	expect(t, vm, bootTimeout, "the node state record on the ESP is damaged; the data volume's record decides",
+		"borough: state Restarting -> Running", running)
+	powerOff(t, vm)
+	if rec := readESPFile(t, img, esp.NodeState); !strings.Contains(string(rec), `"phase": "member"`) {
+		t.Errorf("the ESP's node state record was not repaired: %q", rec)
+	}
 }
 
 // TestClusterESP enrols an image on its ESP (`borough image enrol`), with

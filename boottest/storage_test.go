@@ -5,6 +5,7 @@ package boottest
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/bootdisk"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/partition"
@@ -147,6 +149,12 @@ func TestStorageGrow(t *testing.T) {
 // dataPartition reads the image's GPT and returns the data partition.
 func dataPartition(t *testing.T, img string) *gpt.Partition {
 	t.Helper()
+	return findPartition(t, img, partition.DataType)
+}
+
+// findPartition returns the image's partition of type typ.
+func findPartition(t *testing.T, img, typ string) *gpt.Partition {
+	t.Helper()
 	f, err := os.Open(img)
 	if err != nil {
 		t.Fatal(err)
@@ -157,12 +165,40 @@ func dataPartition(t *testing.T, img string) *gpt.Partition {
 		t.Fatal(err)
 	}
 	for _, p := range table.Partitions {
-		if strings.EqualFold(string(p.Type), partition.DataType) {
+		if strings.EqualFold(string(p.Type), typ) {
 			return p
 		}
 	}
-	t.Fatal("image has no data partition")
+	t.Fatalf("image has no partition of type %s", typ)
 	return nil
+}
+
+// writeESPFile replaces a file on the image's ESP with content, as a
+// power cut during a FAT write may leave it (mtools, on the image).
+func writeESPFile(t *testing.T, img string, f esp.File, content []byte) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "content")
+	if err := os.WriteFile(src, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mcopy", "-o", "-i", espTarget(t, img), src, "::/"+string(f)).CombinedOutput(); err != nil {
+		t.Fatalf("mcopy to the ESP: %v\n%s", err, out)
+	}
+}
+
+// readESPFile returns a file on the image's ESP (mtools).
+func readESPFile(t *testing.T, img string, f esp.File) []byte {
+	t.Helper()
+	out, err := exec.Command("mtype", "-i", espTarget(t, img), "::/"+string(f)).Output()
+	if err != nil {
+		t.Fatalf("mtype %s: %v", f, err)
+	}
+	return out
+}
+
+// espTarget names the image's ESP for mtools' -i.
+func espTarget(t *testing.T, img string) string {
+	return fmt.Sprintf("%s@@%d", img, findPartition(t, img, partition.ESPType).Start*512)
 }
 
 // dataHash hashes the image's data partition.

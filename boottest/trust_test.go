@@ -11,6 +11,7 @@ import (
 
 	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/partition"
 	"github.com/borough-os/borough/internal/secureboot"
 	"github.com/borough-os/borough/qemu"
 )
@@ -171,4 +172,32 @@ func copyState(t *testing.T, src, dir string) {
 	if out, err := exec.Command("cp", "-a", src, dir).CombinedOutput(); err != nil {
 		t.Fatalf("copying VM state: %v\n%s", err, out)
 	}
+}
+
+// TestTwoCopies writes one image to two disks of one machine: the first
+// boot must find the disk the firmware booted (both carry the same GUIDs)
+// and give it new GUIDs; then the other disk boots too, as a node of its
+// own.
+func TestTwoCopies(t *testing.T) {
+	t.Parallel()
+	a := nodeImage(t, cmdline.PoweroffOnFatal)
+	b := filepath.Join(t.TempDir(), "copy.img")
+	if out, err := exec.Command("cp", "--sparse=always", a, b).CombinedOutput(); err != nil {
+		t.Fatalf("copying the image: %v\n%s", err, out)
+	}
+	original := findPartition(t, b, partition.ESPType).GUID
+	vm := boot(t, qemu.Options{Image: a, OtherDisks: []string{b}})
+	expect(t, vm, bootTimeout, "found_by=\"LoaderDevicePartUUID and the boot entry's PCI path\"",
+		"borough: storage: gave the disk and its partitions new GUIDs", created, running)
+	powerOff(t, vm)
+	if renewed := findPartition(t, a, partition.ESPType).GUID; strings.EqualFold(renewed, original) {
+		t.Errorf("the booted disk's ESP kept the image's GUID %s", original)
+	}
+	if kept := findPartition(t, b, partition.ESPType).GUID; kept != original {
+		t.Errorf("the other disk's ESP GUID changed from %s to %s", original, kept)
+	}
+
+	vm = boot(t, qemu.Options{Image: b, OtherDisks: []string{a}})
+	expect(t, vm, bootTimeout, "found_by=LoaderDevicePartUUID", created, running)
+	powerOff(t, vm)
 }

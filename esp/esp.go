@@ -1,7 +1,7 @@
 // Package esp declares the layout of Borough's EFI system partition (ESP):
 // every file Borough keeps there has one name, here. The image builder
-// writes the boot binary to BootBinary; init reads the enrolment config and
-// sealed keys from the other paths.
+// writes the boot binary and the node payload; init (process 1) reads the
+// payload; the node process reads and writes the others.
 //
 // Paths are relative to the ESP's root and use forward slashes, as both
 // FAT tooling (go-diskfs) and the mounted filesystem accept them.
@@ -25,6 +25,10 @@ const (
 	// EnrolmentConfig is the node's enrolment config, when it was put on
 	// the ESP rather than passed through QEMU's fw_cfg.
 	EnrolmentConfig File = Dir + "/enrolment.pb"
+	// AppliedEnrolment is the enrolment config the node applied on its
+	// first boot, which it runs from on every later boot; empty when it
+	// had none (internal/enrolment).
+	AppliedEnrolment File = Dir + "/enrolment-applied.pb"
 	// SealedLocalKey is the data partition's local unlock key, sealed to
 	// the TPM (or in clear without one).
 	SealedLocalKey File = Dir + "/local-key.sealed"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/cmdline"
@@ -24,7 +25,7 @@ import (
 // node services. An error is fatal.
 func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tpm.TPM) ([]supervisor.Service, error) {
 	mgr := cluster.New(log)
-	enrol, err := enrolment.Load(storage.ESPRoot)
+	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh(), time.Now())
 	if err != nil {
 		mgr.Fail(err)
 		return nil, nil

@@ -79,6 +79,9 @@ type Options struct {
 	// ExtraDisks are more raw images, attached read-only as virtio disks
 	// after the first (vdb, vdc, ...).
 	ExtraDisks []string
+	// OtherDisks are more raw images, writable, attached as virtio disks
+	// after ExtraDisks; the firmware boots Image first.
+	OtherDisks []string
 	// MemoryMiB is the guest's memory; default 1024.
 	MemoryMiB int
 	// CPUs is the number of virtual CPUs; default 1.
@@ -91,6 +94,9 @@ type Options struct {
 	// enrolled (they stay in StateDir's variables), it boots only signed
 	// binaries.
 	SecureBoot bool
+	// RTCBase, if set, starts the guest's real-time clock there instead of
+	// at the host's time: QEMU's -rtc base=, as "2001-01-01".
+	RTCBase string
 	// NoRNG leaves out the virtio RNG device, as on a machine without a
 	// hardware random number generator.
 	NoRNG bool
@@ -163,6 +169,9 @@ func (o *Options) args(accel string) ([]string, error) {
 	if o.SecureBoot {
 		args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
 	}
+	if o.RTCBase != "" {
+		args = append(args, "-rtc", "base="+o.RTCBase)
+	}
 	if !o.NoRNG {
 		args = append(args, "-device", "virtio-rng-pci")
 	}
@@ -182,6 +191,11 @@ func (o *Options) args(accel string) ([]string, error) {
 	for i, img := range o.ExtraDisks {
 		id := fmt.Sprintf("disk%d", i+1)
 		args = append(args, "-drive", "if=none,id="+id+",format=raw,readonly=on,file="+img,
+			"-device", "virtio-blk-pci,drive="+id)
+	}
+	for i, img := range o.OtherDisks {
+		id := fmt.Sprintf("other%d", i)
+		args = append(args, "-drive", "if=none,id="+id+",format=raw,file="+img,
 			"-device", "virtio-blk-pci,drive="+id)
 	}
 	if o.Interactive {

@@ -275,7 +275,7 @@ func showEnrolment(stdout io.Writer, path string) error {
 		return fmt.Errorf("%s is not an enrolment config: %w", path, err)
 	}
 	fmt.Fprint(stdout, prototext.MarshalOptions{Multiline: true}.Format(&c))
-	e, err := enrolment.Parse(b, path)
+	e, err := enrolment.Parse(b, path, time.Now())
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/spf13/cobra"
@@ -29,7 +30,7 @@ func enrolImage(stdout io.Writer, image, config string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := enrolment.Parse(b, config); err != nil {
+	if _, err := enrolment.Parse(b, config, time.Now()); err != nil {
 		return err
 	}
 	index, _, err := findPartition(image, partition.ESPType)

@@ -1,5 +1,7 @@
-// Command borough is Borough's host tool: it builds images, boots them in
-// QEMU, and (later) enrols and talks to nodes.
+// Command borough is Borough's host tool: it builds and signs images, boots
+// them in QEMU (one node or a cluster), writes enrolment configs and join
+// tickets, and talks to a cluster as its owner (status, node removal,
+// recovery).
 //
 // Every subcommand lives in its own file. The whole CLI runs in-process
 // through run, with arguments and output injected, so tests call it

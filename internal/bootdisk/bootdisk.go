@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -45,6 +47,7 @@ type Disk struct {
 // How FindDisk chose the boot disk.
 const (
 	FoundByLoader        = "LoaderDevicePartUUID"
+	FoundByBootEntry     = "LoaderDevicePartUUID and the boot entry's PCI path"
 	FoundByDataPartition = "only disk with a data partition"
 )
 
@@ -97,9 +100,15 @@ func FindDisk(sysRoot, devRoot, efivars string) (*Disk, error) {
 		loaded[0].FoundBy = FoundByLoader
 		return loaded[0].resolve(sysRoot, devRoot)
 	case len(loaded) > 1:
-		// Disks written from one image share their GUIDs.
-		return nil, fmt.Errorf("the boot ESP %s is on several disks (%s), written from the same image: remove all but the boot disk",
-			want, diskNames(loaded))
+		// Disks written from one image share their GUIDs until their first
+		// boot gives them new ones; the boot entry's device path tells
+		// which controller the firmware started from.
+		if d := bootedDisk(loaded, sysRoot, efivars); d != nil {
+			d.FoundBy = FoundByBootEntry
+			return d.resolve(sysRoot, devRoot)
+		}
+		return nil, fmt.Errorf("the boot ESP %s is on several disks (%s), written from the same image, "+
+			"and the boot entry does not tell which: remove all but the boot disk", want, diskNames(loaded))
 	case len(candidates) == 1:
 		candidates[0].FoundBy = FoundByDataPartition
 		return candidates[0].resolve(sysRoot, devRoot)
@@ -114,6 +123,54 @@ func FindDisk(sysRoot, devRoot, efivars string) (*Disk, error) {
 		return nil, fmt.Errorf("the firmware did not name the boot ESP, and several disks have a Borough data partition (%s): remove all but one",
 			diskNames(candidates))
 	}
+}
+
+// bootedDisk returns the one disk among disks whose PCI path in sysfs is
+// the one on the device path of the boot entry the firmware started, or
+// nil.
+func bootedDisk(disks []*Disk, sysRoot, efivars string) *Disk {
+	n, err := efivar.BootCurrent(efivars)
+	if err != nil {
+		return nil
+	}
+	want, err := efivar.BootEntryPCIPath(efivars, n)
+	if err != nil || len(want) == 0 {
+		return nil
+	}
+	var found []*Disk
+	for _, d := range disks {
+		if slices.Equal(pciPath(sysRoot, d.Name), want) {
+			found = append(found, d)
+		}
+	}
+	if len(found) != 1 {
+		return nil
+	}
+	return found[0]
+}
+
+// pciFunction matches a PCI function's name in sysfs, domain:bus:dev.fn.
+var pciFunction = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:([0-9a-f]{2})\.([0-7])$`)
+
+// pciPath returns the PCI functions from the root complex down to disk
+// name, from where its sysfs entry links: e.g.
+// devices/pci0000:00/0000:00:1c.0/0000:01:00.0/nvme/nvme0/nvme0n1.
+func pciPath(sysRoot, name string) []efivar.PCIFunction {
+	dir, err := filepath.EvalSymlinks(filepath.Join(sysRoot, "block", name))
+	if err != nil {
+		return nil
+	}
+	var out []efivar.PCIFunction
+	for _, c := range strings.Split(dir, string(filepath.Separator)) {
+		m := pciFunction.FindStringSubmatch(c)
+		if m == nil {
+			continue
+		}
+		dev, _ := strconv.ParseUint(m[1], 16, 8)
+		fn, _ := strconv.ParseUint(m[2], 16, 8)
+		out = append(out, efivar.PCIFunction{Device: uint8(dev), Function: uint8(fn)})
+	}
+	return out
 }
 
 func diskNames(disks []*Disk) string {

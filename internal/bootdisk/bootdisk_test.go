@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/borough-os/borough/image"
+	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/partition"
 )
 
@@ -461,4 +462,65 @@ func TestBootESP(t *testing.T) {
 			t.Errorf("bootESP = %q, want \"\"", got)
 		}
 	})
+}
+
+// TestFindDiskByBootEntry: two disks written from one image share their
+// ESP's GUID; the firmware's boot entry names the PCI function it booted
+// from, which picks one.
+func TestFindDiskByBootEntry(t *testing.T) {
+	a := boroughImage(t, t.TempDir(), "a.img", "boot binary a")
+	pci := map[string]string{
+		"vda": "pci0000:00/0000:00:03.0/virtio1",
+		"vdb": "pci0000:00/0000:00:1c.0/0000:01:00.0/virtio2",
+	}
+	for _, tc := range []struct {
+		name    string
+		nodes   [][2]byte // PCI device, function on the boot entry's path
+		want    string
+		wantErr string
+	}{
+		{"first disk", [][2]byte{{3, 0}}, "vda", ""},
+		{"behind a bridge", [][2]byte{{0x1c, 0}, {0, 0}}, "vdb", ""},
+		{"another controller", [][2]byte{{5, 0}}, "", "the boot entry does not tell which"},
+		{"no PCI path", nil, "", "the boot entry does not tell which"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			disks := []fakeDisk{{"vda", a, []string{"vda1", "vda2"}}, {"vdb", a, []string{"vdb1", "vdb2"}}}
+			sysRoot, devRoot, efivars := fakeMachine(t, disks, a.espGUID)
+			for name, path := range pci {
+				dir := filepath.Join(sysRoot, "devices", path, "block", name)
+				mkdir(t, filepath.Dir(dir))
+				if err := os.Rename(filepath.Join(sysRoot, "block", name), dir); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(dir, filepath.Join(sysRoot, "block", name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Boot0001: PciRoot(0x0)/Pci(...)/..., then the end node.
+			path := []byte{2, 1, 12, 0, 0xd0, 0x41, 0x03, 0x0a, 0, 0, 0, 0}
+			for _, n := range tc.nodes {
+				path = append(path, 1, 1, 6, 0, n[1], n[0])
+			}
+			path = append(path, 0x7f, 0xff, 4, 0)
+			entry := append([]byte{1, 0, 0, 0, byte(len(path)), 0, 0, 0}, path...)
+			if err := efivar.Write(efivars, "Boot0001", efivar.GlobalVariable, efivar.BootVariable, entry); err != nil {
+				t.Fatal(err)
+			}
+			if err := efivar.Write(efivars, "BootCurrent", efivar.GlobalVariable, efivar.BootVariable, []byte{1, 0}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := FindDisk(sysRoot, devRoot, efivars)
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("FindDisk = %v, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case got.Name != tc.want || got.FoundBy != FoundByBootEntry || got.ESP != filepath.Join(devRoot, tc.want+"1"):
+				t.Errorf("FindDisk = %s (ESP %s, found by %s), want %s by the boot entry", got.Name, got.ESP, got.FoundBy, tc.want)
+			}
+		})
+	}
 }

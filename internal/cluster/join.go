@@ -26,13 +26,18 @@ import (
 // cluster would admit a fresh node with its ticket: a ticket that is
 // forged, expired, used, or for a cluster whose endpoints present another
 // CA, fails the node with nothing written. A node that already began its
-// join (its ESP record says so) has nothing to check. Unreachable
+// join (its ESP record says so, or is damaged) has nothing to check. Unreachable
 // endpoints are retried until ctx ends.
 func (mg *Manager) Preflight(ctx context.Context, espRoot string, e *enrolment.Enrolment) error {
 	if e.Ticket == nil {
 		return nil
 	}
-	if rec, err := readRecord(esp.NodeState.In(espRoot)); err != nil || rec != nil {
+	rec, err := readRecord(esp.NodeState.In(espRoot))
+	if errors.Is(err, errDamaged) {
+		// The data volume's record will decide (decide).
+		return nil
+	}
+	if err != nil || rec != nil {
 		return err
 	}
 	mg.log.Info("checking the join ticket", "cluster", e.Ticket.GetClusterName(), "endpoints", e.Ticket.GetJoinEndpoints())

@@ -175,14 +175,18 @@ func errRemoved(cluster string) error {
 
 func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, error) {
 	espRec, err := readRecord(mg.espRecord())
-	if err != nil {
+	espDamaged := errors.Is(err, errDamaged)
+	switch {
+	case espDamaged:
+		mg.log.Warn("the node state record on the ESP is damaged; the data volume's record decides", "err", err)
+	case err != nil:
 		return nil, nil, err
 	}
 	dataRec, err := readRecord(mg.dataRecord())
 	if err != nil {
 		return nil, nil, err
 	}
-	d := decide(espRec, dataRec, mg.cfg.FreshData, mg.cfg.Enrolment.Ticket != nil)
+	d := decide(espRec, dataRec, espDamaged, mg.cfg.FreshData, mg.cfg.Enrolment.Ticket != nil)
 	if d.Next == StateFailed {
 		return nil, nil, d.Reason
 	}

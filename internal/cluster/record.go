@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/pki"
 )
 
 // Phases of a Record.
@@ -34,7 +37,9 @@ type Record struct {
 	MemberID  string `json:"member_id,omitempty"`
 }
 
-// readRecord reads a record; a missing file is (nil, nil).
+// readRecord reads a record; a missing file is (nil, nil). A record that
+// does not parse, or whose fields are not what a node writes, is damaged
+// (errDamaged): its names must not reach etcd's flags or certificates.
 func readRecord(path string) (*Record, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -45,20 +50,53 @@ func readRecord(path string) (*Record, error) {
 	}
 	var r Record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("node state record %s is damaged: %w", path, err)
+		return nil, fmt.Errorf("node state record %s: %w: %w", path, errDamaged, err)
 	}
 	if r.Version != recordVersion {
 		return nil, fmt.Errorf("node state record %s has version %d, this node reads %d", path, r.Version, recordVersion)
 	}
+	if err := r.check(); err != nil {
+		return nil, fmt.Errorf("node state record %s: %w: %w", path, errDamaged, err)
+	}
 	return &r, nil
 }
 
-// writeRecord writes r to path atomically and durably (also on the ESP).
+// errDamaged says a record is damaged, as a torn write to the ESP leaves
+// it (a FAT rename is not atomic across a power cut).
+var errDamaged = errors.New("damaged")
+
+var hexID = regexp.MustCompile(`^[0-9a-f]{1,16}$`)
+
+// check checks that r's fields are of the form a node writes.
+func (r *Record) check() error {
+	switch {
+	case r.Phase != PhaseBootstrapping && r.Phase != PhaseJoining && r.Phase != PhaseMember && r.Phase != PhaseRemoved:
+		return fmt.Errorf("phase %q is not a phase", r.Phase)
+	case !pki.ClusterName.MatchString(r.Cluster):
+		return fmt.Errorf("cluster %q is not a cluster name", r.Cluster)
+	case !pki.NodeName.MatchString(r.Node):
+		return fmt.Errorf("node %q is not a node name", r.Node)
+	case r.ClusterID != "" && !hexID.MatchString(r.ClusterID):
+		return fmt.Errorf("cluster ID %q is not an etcd ID", r.ClusterID)
+	case r.MemberID != "" && !hexID.MatchString(r.MemberID):
+		return fmt.Errorf("member ID %q is not an etcd ID", r.MemberID)
+	case r.Phase == PhaseMember && (r.ClusterID == "" || r.MemberID == ""):
+		return errors.New("a member's record without its cluster and member IDs")
+	}
+	return nil
+}
+
+// writeRecord writes r to path atomically and durably, unless the file
+// holds r already: the ESP's record is rewritten only when it changes, so
+// that a power cut on an ordinary restart cannot tear it.
 func writeRecord(path string, r *Record) error {
 	r.Version = recordVersion
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
+	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
+		return nil
 	}
 	if err := atomicfile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("writing node state record: %w", err)
@@ -77,9 +115,16 @@ type Decision struct {
 
 // decide reads the ESP's and the data volume's records. freshData says the
 // data volume was created on this boot, joining that the enrolment config
-// holds a join ticket (it matters only to a fresh node).
-func decide(esp, data *Record, freshData, joining bool) Decision {
+// holds a join ticket (it matters only to a fresh node). espDamaged says
+// the ESP had a record that was damaged (esp is then nil): the data
+// volume's record decides alone, and without one the node refuses to
+// start a cluster it may already be a member of.
+func decide(esp, data *Record, espDamaged, freshData, joining bool) Decision {
 	switch {
+	case espDamaged && data == nil:
+		return Decision{Next: StateFailed, Reason: errors.New(
+			"the node state record on the ESP is damaged and the data volume holds none: " +
+				"this node may be a member of a cluster; refusing to bootstrap or join one")}
 	case esp != nil && esp.Phase == PhaseRemoved, data != nil && data.Phase == PhaseRemoved:
 		r := esp
 		if r == nil || r.Phase != PhaseRemoved {

@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -79,7 +81,7 @@ func TestDecide(t *testing.T) {
 		{"data rolled back to a bootstrap", member, booting, false, StateFailed, nil, "rolled back"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decide(tc.esp, tc.data, false, tc.joining)
+			d := decide(tc.esp, tc.data, false, false, tc.joining)
 			if d.Next != tc.want || !cmp.Equal(d.Record, tc.wantRecord) {
 				t.Errorf("decide = %+v, want %s with %+v", d, tc.want, tc.wantRecord)
 			}
@@ -90,12 +92,36 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestDecideDamagedESP: a damaged ESP record never outranks the data
+// volume's, and alone it stops the node.
+func TestDecideDamagedESP(t *testing.T) {
+	member := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
+	booting := &Record{Phase: PhaseBootstrapping, Cluster: "prod", Node: "n1"}
+	for _, tc := range []struct {
+		name    string
+		data    *Record
+		joining bool
+		want    State
+	}{
+		{"member", member, false, StateRestarting},
+		{"crashed bootstrap", booting, false, StateCreatingCluster},
+		{"no data record", nil, false, StateFailed},
+		{"no data record, joining", nil, true, StateFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := decide(nil, tc.data, true, false, tc.joining); d.Next != tc.want {
+				t.Errorf("decide = %+v, want %s", d, tc.want)
+			}
+		})
+	}
+}
+
 func TestRecordRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dir", "state.json")
 	if r, err := readRecord(path); r != nil || err != nil {
 		t.Errorf("readRecord of a missing file = %v, %v", r, err)
 	}
-	want := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
+	want := &Record{Phase: PhaseMember, Cluster: "prod", Node: "node-0a1b2c3d", ClusterID: "8c94d1f80cf5a3e2", MemberID: "f2534c996fbe3a78"}
 	if err := writeRecord(path, want); err != nil {
 		t.Fatal(err)
 	}
@@ -106,10 +132,35 @@ func TestRecordRoundTrip(t *testing.T) {
 	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
 		t.Error("a temporary file was left behind")
 	}
-	for name, content := range map[string]string{"garbage": "{", "version": `{"version":9}`} {
-		os.WriteFile(path, []byte(content), 0o600)
-		if _, err := readRecord(path); err == nil {
-			t.Errorf("readRecord of %s succeeded", name)
+	written, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if err := writeRecord(path, want); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := os.Stat(path); err != nil || !again.ModTime().Equal(written.ModTime()) {
+		t.Errorf("writing the same record again rewrote the file (%v)", err)
+	}
+	good, _ := os.ReadFile(path)
+	for _, tc := range []struct {
+		name, content string
+		damaged       bool
+	}{
+		{"garbage", "{", true},
+		{"torn", string(good[:len(good)/2]), true},
+		{"empty", "", true},
+		{"version", `{"version":9}`, false},
+		{"bad phase", strings.Replace(string(good), `"member"`, `"leader"`, 1), true},
+		{"bad cluster", strings.Replace(string(good), `"prod"`, `"prod --force-new-cluster"`, 1), true},
+		{"bad node", strings.Replace(string(good), `"node-0a1b2c3d"`, `"../etc"`, 1), true},
+		{"bad ID", strings.Replace(string(good), `"8c94d1f80cf5a3e2"`, `"zz"`, 1), true},
+		{"member without IDs", strings.Replace(string(good), `"8c94d1f80cf5a3e2"`, `""`, 1), true},
+	} {
+		os.WriteFile(path, []byte(tc.content), 0o600)
+		if _, err := readRecord(path); err == nil || errors.Is(err, errDamaged) != tc.damaged {
+			t.Errorf("readRecord of %s = %v, want an error (damaged: %v)", tc.name, err, tc.damaged)
 		}
 	}
 }

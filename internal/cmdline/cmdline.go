@@ -1,5 +1,7 @@
 // Package cmdline parses the kernel command line and names the parameters
-// Borough reads from it. init parses it once and passes values down.
+// Borough reads from it. Process 1 reads PoweroffOnFatal; the node process
+// parses the line once at start and passes values down. The borough.test.*
+// parameters are read only by test builds of the node (node/testhooks.go).
 package cmdline
 
 import (

@@ -3,6 +3,7 @@ package efivar
 import (
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,4 +150,50 @@ func secureBoot(dir string) (string, error) {
 func bootCurrent(dir string) (string, error) {
 	n, err := BootCurrent(dir)
 	return hex.EncodeToString([]byte{byte(n >> 8), byte(n)}), err
+}
+
+func TestBootEntryPCIPath(t *testing.T) {
+	file, err := LoadOption{Partition: Partition{Number: 1, Start: 2048, Size: 8}, Path: `\A`}.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Our own entry has no PCI nodes: its path starts at the partition.
+	tail := file[8:] // after attributes, path length and the empty description
+	acpiRoot := unhex(t, "02 01 0c 00 d0 41 03 0a 00 00 00 00  // PciRoot(0x0)")
+	pci := func(dev, fn byte) []byte { return []byte{1, 1, 6, 0, fn, dev} }
+	entry := func(nodes ...[]byte) []byte {
+		var path []byte
+		for _, n := range nodes {
+			path = append(path, n...)
+		}
+		path = append(path, tail...)
+		b := []byte{1, 0, 0, 0, byte(len(path)), byte(len(path) >> 8), 'Q', 0, 0, 0}
+		return append(b, path...)
+	}
+	for _, tc := range []struct {
+		name  string
+		entry []byte
+		want  string
+	}{
+		{"virtio disk", entry(acpiRoot, pci(3, 0)), "[{3 0}]"},
+		{"behind a bridge", entry(acpiRoot, pci(0x1c, 2), pci(0, 0)), "[{28 2} {0 0}]"},
+		{"partition only", entry(), "[]"},
+		{"truncated", entry(acpiRoot, pci(3, 0))[:20], "device path is"},
+		{"no end", append([]byte{1, 0, 0, 0, 12, 0, 'Q', 0, 0, 0}, acpiRoot...), "device path has no end node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := Write(dir, BootEntryName(7), GlobalVariable, BootVariable, tc.entry); err != nil {
+				t.Fatal(err)
+			}
+			got, err := BootEntryPCIPath(dir, 7)
+			s := fmt.Sprint(got)
+			if err != nil {
+				s = err.Error()
+			}
+			if !strings.Contains(s, tc.want) {
+				t.Errorf("BootEntryPCIPath = %q, want %q", s, tc.want)
+			}
+		})
+	}
 }

@@ -92,3 +92,72 @@ func guidBytes(g uuid.UUID) []byte {
 	copy(b[8:], g[8:])
 	return b
 }
+
+// PCIFunction is a PCI device and function, as a device path's PCI node
+// names it under its parent bridge.
+type PCIFunction struct {
+	Device, Function uint8
+}
+
+// BootEntryPCIPath returns the PCI functions, from the root complex down,
+// on the device path of boot entry n: the controller the firmware started
+// that entry from.
+func BootEntryPCIPath(dir string, n uint16) ([]PCIFunction, error) {
+	_, b, err := Read(dir, BootEntryName(n), GlobalVariable)
+	if err != nil {
+		return nil, err
+	}
+	dp, err := loadOptionPath(b)
+	if err != nil {
+		return nil, fmt.Errorf("boot entry %s: %w", BootEntryName(n), err)
+	}
+	return pciPath(dp)
+}
+
+// loadOptionPath returns the device path of an encoded EFI_LOAD_OPTION.
+func loadOptionPath(b []byte) ([]byte, error) {
+	if len(b) < 6 {
+		return nil, errors.New("load option too short")
+	}
+	pathLen := int(binary.LittleEndian.Uint16(b[4:]))
+	rest := b[6:]
+	// The description: UCS-2 up to and including its NUL.
+	for {
+		if len(rest) < 2 {
+			return nil, errors.New("load option description has no end")
+		}
+		c := binary.LittleEndian.Uint16(rest)
+		rest = rest[2:]
+		if c == 0 {
+			break
+		}
+	}
+	if len(rest) < pathLen {
+		return nil, fmt.Errorf("load option device path is %d bytes, %d left", pathLen, len(rest))
+	}
+	return rest[:pathLen], nil
+}
+
+// pciPath returns the PCI nodes of the first device path instance in dp.
+func pciPath(dp []byte) ([]PCIFunction, error) {
+	const (
+		typeHardware = 0x01
+		subtypePCI   = 0x01
+		typeEnd      = 0x7f
+	)
+	var out []PCIFunction
+	for len(dp) >= 4 {
+		typ, sub, n := dp[0], dp[1], int(binary.LittleEndian.Uint16(dp[2:]))
+		if n < 4 || n > len(dp) {
+			return nil, fmt.Errorf("device path node of %d bytes, %d left", n, len(dp))
+		}
+		switch {
+		case typ == typeEnd:
+			return out, nil
+		case typ == typeHardware && sub == subtypePCI && n == 6:
+			out = append(out, PCIFunction{Function: dp[4], Device: dp[5]})
+		}
+		dp = dp[n:]
+	}
+	return nil, errors.New("device path has no end node")
+}

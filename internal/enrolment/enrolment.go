@@ -10,21 +10,24 @@
 package enrolment
 
 import (
+	"bytes"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"regexp"
 	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/fwcfg"
 	"github.com/borough-os/borough/internal/keyfile"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/protostrict"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -90,35 +93,106 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
-// Load reads the enrolment config from fw_cfg, else from the ESP mounted at
-// espRoot, else returns the default: bootstrap a cluster with no owner.
-func Load(espRoot string) (*Enrolment, error) {
-	b, err := fwcfg.Read(fwcfg.Enrolment)
-	if err == nil {
-		return Parse(b, "fw_cfg "+fwcfg.Enrolment)
-	}
-	if !errors.Is(err, os.ErrNotExist) {
+// Load returns the node's enrolment config.
+//
+// A fresh node (its data partition holds no volume yet) reads the config
+// from fw_cfg, else from the ESP mounted at espRoot, checks it at time now,
+// and records it on the ESP as the config it applied
+// (esp.AppliedEnrolment). With neither, it bootstraps a cluster with no
+// owner.
+//
+// A node that was set up runs from the config it applied. It is not
+// checked against the clock again: an RTC a year off, or an owner
+// certificate that expired since, must not stop an established node. A
+// config in fw_cfg or on the ESP that differs from it is ignored, with a
+// warning: a config applies to a node's first boot only. A node without
+// the record (set up before it existed) or with a damaged one applies the
+// current config, unchecked against the clock, and records it.
+func Load(log *slog.Logger, espRoot string, fresh bool, now time.Time) (*Enrolment, error) {
+	source, b, err := read(espRoot)
+	if err != nil {
 		return nil, err
 	}
-	path := esp.EnrolmentConfig.In(espRoot)
-	b, err = os.ReadFile(path)
+	record := esp.AppliedEnrolment.In(espRoot)
+	if fresh {
+		e, err := parse(b, source, now)
+		if err != nil {
+			return nil, err
+		}
+		return e, writeApplied(record, b)
+	}
+	applied, err := os.ReadFile(record)
 	if err == nil {
-		return Parse(b, "ESP "+string(esp.EnrolmentConfig))
+		e, perr := parse(applied, "the config this node applied on its first boot", time.Time{})
+		if perr == nil {
+			if source != sourceNone && !bytes.Equal(b, applied) {
+				log.Warn("the enrolment config in " + source + " differs from the one this node applied on its first boot; " +
+					"ignoring it: an enrolment config applies to a node's first boot only")
+			}
+			return e, nil
+		}
+		err = perr
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("reading enrolment config: %w", err)
+		log.Warn("the record of the applied enrolment config is unreadable; applying the current one", "err", err)
 	}
-	return &Enrolment{Source: "none", ClusterName: DefaultClusterName}, nil
+	e, err := parse(b, source, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	return e, writeApplied(record, b)
+}
+
+// sourceNone is the source of the default config.
+const sourceNone = "none"
+
+// read returns where the config comes from and its bytes: fw_cfg, else the
+// ESP, else sourceNone and no bytes.
+func read(espRoot string) (string, []byte, error) {
+	b, err := fwcfg.Read(fwcfg.Enrolment)
+	if err == nil {
+		return "fw_cfg " + fwcfg.Enrolment, b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", nil, err
+	}
+	b, err = os.ReadFile(esp.EnrolmentConfig.In(espRoot))
+	if err == nil {
+		return "ESP " + string(esp.EnrolmentConfig), b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", nil, fmt.Errorf("reading enrolment config: %w", err)
+	}
+	return sourceNone, nil, nil
+}
+
+// parse is Parse, with no bytes meaning the default config.
+func parse(b []byte, source string, now time.Time) (*Enrolment, error) {
+	if len(b) == 0 {
+		return &Enrolment{Source: sourceNone, ClusterName: DefaultClusterName}, nil
+	}
+	return Parse(b, source, now)
+}
+
+// writeApplied records b as the applied config, if it is not already.
+func writeApplied(path string, b []byte) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
+		return nil
+	}
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
+		return fmt.Errorf("recording the applied enrolment config: %w", err)
+	}
+	return nil
 }
 
 // Parse decodes and checks a binary enrolment config; source names where
-// it came from in errors.
-func Parse(b []byte, source string) (*Enrolment, error) {
+// it came from in errors. A zero now skips the checks of validity periods.
+func Parse(b []byte, source string, now time.Time) (*Enrolment, error) {
 	var c enrolmentpb.Config
 	if err := proto.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("enrolment config from %s is not a valid config: %w", source, err)
 	}
-	e, err := Check(&c, time.Now())
+	e, err := Check(&c, now)
 	if err != nil {
 		return nil, fmt.Errorf("enrolment config from %s: %w", source, err)
 	}
@@ -126,9 +200,8 @@ func Parse(b []byte, source string) (*Enrolment, error) {
 	return e, nil
 }
 
-var clusterName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
-
-// Check validates c at time now and returns it as an Enrolment.
+// Check validates c at time now and returns it as an Enrolment. A zero
+// now skips the checks of validity periods.
 func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
 	if path, ok := protostrict.Unknown(c); ok {
 		if path == "" {
@@ -228,7 +301,7 @@ func checkInterfaces(list []*enrolmentpb.Interface) ([]Interface, error) {
 }
 
 func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error {
-	if !clusterName.MatchString(b.GetClusterName()) {
+	if !pki.ClusterName.MatchString(b.GetClusterName()) {
 		return fieldErr("bootstrap.cluster_name", "%q is not 1 to 63 characters of a-z, 0-9 and '-' starting with a letter", b.GetClusterName())
 	}
 	e.ClusterName = b.GetClusterName()
@@ -251,6 +324,7 @@ func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error
 		return fieldErr(field, "does not allow client authentication (extended key usage clientAuth), which is what the owner uses it for")
 	case cert.IsCA:
 		return fieldErr(field, "is a CA certificate; give the owner's own (leaf) certificate, since the cluster trusts it as a root")
+	case now.IsZero():
 	case now.Before(cert.NotBefore):
 		return fieldErr(field, "is not valid before %s (the node's clock says %s)", cert.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	case now.After(cert.NotAfter):

@@ -1,6 +1,7 @@
 package enrolment
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,9 +9,11 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"math/big"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
@@ -224,16 +228,16 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := Parse(b, "test")
+	e, err := Parse(b, "test", now)
 	if err != nil || e.ClusterName != "prod" || e.Source != "test" {
 		t.Errorf("Parse = %+v, %v", e, err)
 	}
-	_, err = Parse([]byte{0xff, 0xff, 0xff}, "fw_cfg x")
+	_, err = Parse([]byte{0xff, 0xff, 0xff}, "fw_cfg x", now)
 	if err == nil || !strings.Contains(err.Error(), "from fw_cfg x is not a valid config") {
 		t.Errorf("Parse of garbage = %v, want an error naming the source", err)
 	}
 	bad, _ := proto.Marshal(bootstrap("Bad Name", nil))
-	_, err = Parse(bad, "ESP y")
+	_, err = Parse(bad, "ESP y", now)
 	var fe *FieldError
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "from ESP y: field bootstrap.cluster_name") {
 		t.Errorf("Parse of a bad name = %v", err)
@@ -256,7 +260,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		e, err := Parse(b, "fuzz")
+		e, err := Parse(b, "fuzz", now)
 		if err != nil {
 			return
 		}
@@ -268,7 +272,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e2, err := Parse(again, "fuzz")
+		e2, err := Parse(again, "fuzz", now)
 		if err != nil {
 			t.Fatalf("a re-encoded accepted config was refused: %v", err)
 		}
@@ -276,4 +280,87 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip changed the config: %+v != %+v", e, e2)
 		}
 	})
+}
+
+// TestLoad plays a node's boots with configs on its ESP: the first boot
+// checks and records its config, later boots run from the record, even
+// once the owner's certificate has expired, and ignore a changed config.
+func TestLoad(t *testing.T) {
+	owner := cert(t, false, now.AddDate(0, -1, 0))
+	first, err := proto.Marshal(bootstrap("prod", owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := proto.Marshal(bootstrap("other", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := now.AddDate(2, 0, 0)
+	for _, tc := range []struct {
+		name string
+		// record, if set, is the applied config recorded on the ESP; "-"
+		// is none.
+		record string
+		onESP  []byte
+		fresh  bool
+		at     time.Time
+		want   string // cluster name, or an error's text
+		warns  string
+		// recorded is what the record must hold afterwards.
+		recorded []byte
+	}{
+		{name: "first boot", record: "-", onESP: first, fresh: true, at: now, want: "prod", recorded: first},
+		{name: "first boot, owner expired", record: "-", onESP: first, fresh: true, at: expired,
+			want: "bootstrap.owner_certificate: expired"},
+		{name: "first boot, no config", record: "-", fresh: true, at: now, want: DefaultClusterName, recorded: []byte{}},
+		{name: "first boot again", record: string(other), onESP: first, fresh: true, at: now, want: "prod", recorded: first},
+		{name: "later boot, owner expired", record: string(first), onESP: first, at: expired, want: "prod", recorded: first},
+		{name: "later boot, clock in 2001", record: string(first), onESP: first,
+			at: time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC), want: "prod", recorded: first},
+		{name: "later boot, config changed", record: string(first), onESP: other, at: now, want: "prod",
+			warns: "differs from the one this node applied", recorded: first},
+		{name: "later boot, config removed", record: string(first), at: now, want: "prod", recorded: first},
+		{name: "later boot, no config applied", record: "", onESP: other, at: now, want: DefaultClusterName,
+			warns: "differs", recorded: []byte{}},
+		{name: "later boot, no record", record: "-", onESP: first, at: expired, want: "prod", recorded: first},
+		{name: "later boot, damaged record", record: string(first[:len(first)/2]), onESP: first, at: expired, want: "prod",
+			warns: "unreadable", recorded: first},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(root, esp.Dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tc.record != "-" {
+				if err := os.WriteFile(esp.AppliedEnrolment.In(root), []byte(tc.record), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.onESP != nil {
+				if err := os.WriteFile(esp.EnrolmentConfig.In(root), tc.onESP, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var log bytes.Buffer
+			e, err := Load(slog.New(slog.NewTextHandler(&log, nil)), root, tc.fresh, tc.at)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			} else {
+				got = e.ClusterName
+			}
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("Load = %q, want %q", got, tc.want)
+			}
+			if !strings.Contains(log.String(), tc.warns) || (tc.warns == "" && log.Len() > 0) {
+				t.Errorf("Load logged %q, want %q", log.String(), tc.warns)
+			}
+			if tc.recorded != nil {
+				b, err := os.ReadFile(esp.AppliedEnrolment.In(root))
+				if err != nil || !bytes.Equal(b, tc.recorded) {
+					t.Errorf("record after Load: %d bytes, %v; want %d bytes", len(b), err, len(tc.recorded))
+				}
+			}
+		})
+	}
 }

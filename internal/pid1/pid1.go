@@ -5,11 +5,12 @@
 // os/exec: a wait4(-1) in a reaper goroutine steals the exit status that an
 // exec.Cmd is waiting for, and Cmd.Wait then fails with ECHILD. Monogon
 // solves this with a separate, tiny PID 1 (minit) that starts the real init
-// as its child. Borough does the same with one binary: process 1 runs only
-// this package, which starts the same executable again as the node process
-// and then does nothing but reap, forward signals and, when the node
-// process ends, power off or reboot. The node process never sees an
-// orphan, so its os/exec use is race-free.
+// as its child. Borough does the same: process 1 (init/, in the initramfs)
+// runs this package once it has verified the node binary from the ESP's
+// payload, starts that binary as the node process, and then does nothing
+// but reap, forward signals and, when the node process ends, power off or
+// reboot. The node process never sees an orphan, so its os/exec use is
+// race-free.
 //
 // The node process tells process 1 what to do by its exit code:
 // ExitPoweroff, ExitReboot or ExitFatal. Any other end (a panic, a signal)

@@ -18,6 +18,11 @@ import (
 // common name and DNS name and its etcd member name.
 var NodeName = regexp.MustCompile(`^node-[0-9a-f]{8}$`)
 
+// ClusterName is the form of a cluster's name, which goes into etcd's
+// flags, certificates and DNS-like names: 1 to 63 characters of a-z, 0-9
+// and '-', starting with a letter.
+var ClusterName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+
 // NewCSR makes a certificate request for a node named name, reached at
 // ips (the first is the one it advertises to its peers), signed by key.
 // The key never leaves the node.

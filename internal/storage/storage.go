@@ -81,9 +81,9 @@ type Storage struct {
 }
 
 // Open finds the boot disk and mounts its ESP at ESPRoot. If the data
-// partition is still empty and the disk is larger than the image was, it
-// first grows the data partition into the free space: before the ESP is
-// mounted, the kernel can re-read the whole partition table. It writes
+// partition is still empty, it first renews the partition table (new
+// GUIDs, the data partition grown into free space; renewTable): before the
+// ESP is mounted, the kernel can re-read the whole table. It writes
 // nothing to the data partition.
 func Open(log *slog.Logger) (*Storage, error) {
 	disk, err := bootdisk.FindDisk("/sys", "/dev", "/sys/firmware/efi/efivars")
@@ -94,9 +94,12 @@ func Open(log *slog.Logger) (*Storage, error) {
 	s := &Storage{Disk: disk, log: log}
 	s.state, s.header, s.probeErr = probe(disk.Data)
 	if s.Fresh() {
-		if size, err := grow(disk); err != nil {
+		size, err := renewTable(disk)
+		if err != nil {
 			return nil, err
-		} else if size > 0 {
+		}
+		log.Info("gave the disk and its partitions new GUIDs", "disk", disk.Table.GUID)
+		if size > 0 {
 			log.Info("grew data partition to fill the disk", "size", fmt.Sprintf("%.1fGiB", float64(size)/(1<<30)))
 		}
 	}

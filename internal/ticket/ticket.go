@@ -37,6 +37,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/protostrict"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
@@ -142,10 +143,7 @@ func where(path string) string {
 	return " (in " + path + ")"
 }
 
-var (
-	clusterName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
-	fingerprint = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-)
+var fingerprint = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // Check checks a ticket's form.
 func Check(t *enrolmentpb.Ticket) error {
@@ -155,7 +153,7 @@ func Check(t *enrolmentpb.Ticket) error {
 	switch {
 	case t.GetVersion() != Version:
 		return fmt.Errorf("the ticket has version %d; this node reads version %d", t.GetVersion(), Version)
-	case !clusterName.MatchString(t.GetClusterName()):
+	case !pki.ClusterName.MatchString(t.GetClusterName()):
 		return fmt.Errorf("the ticket's cluster name %q is not a cluster name", t.GetClusterName())
 	case !fingerprint.MatchString(t.GetCaFingerprint()):
 		return fmt.Errorf("the ticket's CA fingerprint %q is not sha256: and 64 hex digits", t.GetCaFingerprint())
