@@ -4,15 +4,19 @@ package boottest
 
 import (
 	"bytes"
+	"context"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/partition"
 	"github.com/borough-os/borough/internal/secureboot"
+	"github.com/borough-os/borough/internal/timesync/ntptest"
 	"github.com/borough-os/borough/qemu"
 )
 
@@ -199,5 +203,43 @@ func TestTwoCopies(t *testing.T) {
 
 	vm = boot(t, qemu.Options{Image: b, OtherDisks: []string{a}})
 	expect(t, vm, bootTimeout, "found_by=LoaderDevicePartUUID", created, running)
+	powerOff(t, vm)
+}
+
+// TestClockSync boots a node whose RTC says 2001 with an NTP server in its
+// enrolment config (an SNTP server on this machine's loopback, which QEMU's
+// user network reaches at 10.0.2.2): the node sets its clock before it
+// makes its cluster CA, so the owner can use the cluster from here, where
+// certificates dated 2001 would have expired long ago.
+func TestClockSync(t *testing.T) {
+	t.Parallel()
+	srv, err := ntptest.Start(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	config := owner(t)
+	cfgFile := filepath.Join(t.TempDir(), "enrolment.pb")
+	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "clock",
+		"--ntp", "10.0.2.2:"+strconv.Itoa(srv.Port), "--out", cfgFile)
+	port := freePort(t)
+	vm := boot(t, qemu.Options{Image: nodeImage(t, cmdline.PoweroffOnFatal), FwCfg: cfgFile, RTCBase: "2001-01-01",
+		Forwards: []qemu.Forward{{Host: port, Guest: 2379}}})
+	line, _, err := vm.WaitLine("borough: time: clock set from NTP", bootTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(line, "was=2001-01-01") || !strings.Contains(line, "now="+strconv.Itoa(time.Now().UTC().Year())) {
+		t.Errorf("clock line %q, want it set from 2001 to this year", line)
+	}
+	expect(t, vm, stepTimeout, running)
+	node := "127.0.0.1:" + strconv.Itoa(port)
+	env := etcdEnv(t, config, node, fingerprint(t, vm))
+	c := client(t, env, env["ETCDCTL_CERT"], env["ETCDCTL_KEY"])
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, "clock", "right"); err != nil {
+		t.Errorf("put as the owner after the node set its clock: %v", err)
+	}
 	powerOff(t, vm)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
+	"github.com/borough-os/borough/internal/timesync"
 	"github.com/borough-os/borough/internal/tpm"
 )
 
@@ -25,7 +26,7 @@ import (
 // node services. An error is fatal.
 func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tpm.TPM) ([]supervisor.Service, error) {
 	mgr := cluster.New(log)
-	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh(), time.Now())
+	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {
 		mgr.Fail(err)
 		return nil, nil
@@ -36,6 +37,18 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 	if err != nil {
 		mgr.Fail(fmt.Errorf("bringing up the network: %w", err))
 		return nil, nil
+	}
+	ntpServers := enrol.NTPServers
+	if len(ntpServers) == 0 {
+		ntpServers = net.NTPServers()
+	}
+	// Before anything makes or checks a certificate.
+	timesync.Once(log.With(console.ServiceKey, "time"), ntpServers)
+	if st.Fresh() {
+		if err := enrol.CheckClock(time.Now()); err != nil {
+			mgr.Fail(fmt.Errorf("enrolment config from %s: %w", enrol.Source, err))
+			return []supervisor.Service{{Name: "network", Run: net.Run}}, nil
+		}
 	}
 	if err := mgr.Preflight(ctx, storage.ESPRoot, enrol); err != nil {
 		mgr.Fail(err)
@@ -58,6 +71,9 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 	})
 	return []supervisor.Service{
 		{Name: "network", Run: net.Run},
+		{Name: "time", Run: func(ctx context.Context) error {
+			return timesync.Run(ctx, supervisor.Logger(ctx), ntpServers)
+		}},
 		{Name: "cluster", Run: mgr.Run},
 	}, nil
 }

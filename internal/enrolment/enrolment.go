@@ -18,7 +18,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -56,6 +58,9 @@ type Enrolment struct {
 	// Interfaces are the links to configure; none means DHCP on the
 	// first link that comes up, advertised.
 	Interfaces []Interface
+	// NTPServers (host or host:port) set the clock; none means those
+	// DHCP offers.
+	NTPServers []string
 }
 
 // Interface configures one link.
@@ -96,26 +101,27 @@ func fieldErr(field, format string, args ...any) error {
 // Load returns the node's enrolment config.
 //
 // A fresh node (its data partition holds no volume yet) reads the config
-// from fw_cfg, else from the ESP mounted at espRoot, checks it at time now,
-// and records it on the ESP as the config it applied
-// (esp.AppliedEnrolment). With neither, it bootstraps a cluster with no
-// owner.
+// from fw_cfg, else from the ESP mounted at espRoot, checks it, and
+// records it on the ESP as the config it applied (esp.AppliedEnrolment).
+// With neither, it bootstraps a cluster with no owner. Load does not check
+// the config against the clock, which may not be set yet: a fresh node
+// calls CheckClock once it is.
 //
-// A node that was set up runs from the config it applied. It is not
-// checked against the clock again: an RTC a year off, or an owner
-// certificate that expired since, must not stop an established node. A
-// config in fw_cfg or on the ESP that differs from it is ignored, with a
-// warning: a config applies to a node's first boot only. A node without
-// the record (set up before it existed) or with a damaged one applies the
-// current config, unchecked against the clock, and records it.
-func Load(log *slog.Logger, espRoot string, fresh bool, now time.Time) (*Enrolment, error) {
+// A node that was set up runs from the config it applied, never checked
+// against the clock again: an RTC a year off, or an owner certificate that
+// expired since, must not stop an established node. A config in fw_cfg or
+// on the ESP that differs from it is ignored, with a warning: a config
+// applies to a node's first boot only. A node without the record (set up
+// before it existed) or with a damaged one applies the current config and
+// records it.
+func Load(log *slog.Logger, espRoot string, fresh bool) (*Enrolment, error) {
 	source, b, err := read(espRoot)
 	if err != nil {
 		return nil, err
 	}
 	record := esp.AppliedEnrolment.In(espRoot)
 	if fresh {
-		e, err := parse(b, source, now)
+		e, err := parse(b, source, time.Time{})
 		if err != nil {
 			return nil, err
 		}
@@ -235,7 +241,31 @@ func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
 	if e.Interfaces, err = checkNetwork(c.GetNetwork()); err != nil {
 		return nil, err
 	}
+	if e.NTPServers, err = checkNTP(c.GetNetwork().GetNtpServers()); err != nil {
+		return nil, err
+	}
 	return e, nil
+}
+
+// ntpHost matches an NTP server's host: an IP address or a DNS name.
+var ntpHost = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$`)
+
+// checkNTP checks NTP servers, each host or host:port.
+func checkNTP(servers []string) ([]string, error) {
+	for i, s := range servers {
+		field := fmt.Sprintf("network.ntp_servers[%d]", i)
+		host := s
+		if h, port, err := net.SplitHostPort(s); err == nil {
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return nil, fieldErr(field, "%q has port %q; want 1 to 65535", s, port)
+			}
+			host = h
+		}
+		if _, err := netip.ParseAddr(host); err != nil && !ntpHost.MatchString(host) {
+			return nil, fieldErr(field, "%q is not an IP address or host name, with an optional :port", s)
+		}
+	}
+	return servers, nil
 }
 
 // checkNetwork checks either form of the network config.
@@ -324,13 +354,26 @@ func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error
 		return fieldErr(field, "does not allow client authentication (extended key usage clientAuth), which is what the owner uses it for")
 	case cert.IsCA:
 		return fieldErr(field, "is a CA certificate; give the owner's own (leaf) certificate, since the cluster trusts it as a root")
-	case now.IsZero():
-	case now.Before(cert.NotBefore):
-		return fieldErr(field, "is not valid before %s (the node's clock says %s)", cert.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
-	case now.After(cert.NotAfter):
-		return fieldErr(field, "expired on %s", cert.NotAfter.UTC().Format(time.RFC3339))
 	}
 	e.Owner = cert
+	if now.IsZero() {
+		return nil
+	}
+	return e.CheckClock(now)
+}
+
+// CheckClock checks, at time now, what has a validity period: the owner's
+// certificate. A fresh node checks it once its clock is set (timesync).
+func (e *Enrolment) CheckClock(now time.Time) error {
+	const field = "bootstrap.owner_certificate"
+	switch {
+	case e.Owner == nil:
+	case now.Before(e.Owner.NotBefore):
+		return fieldErr(field, "is not valid before %s (the node's clock says %s)",
+			e.Owner.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	case now.After(e.Owner.NotAfter):
+		return fieldErr(field, "expired on %s", e.Owner.NotAfter.UTC().Format(time.RFC3339))
+	}
 	return nil
 }
 

@@ -75,6 +75,12 @@ func bootstrap(name string, owner []byte) *enrolmentpb.Config {
 	}}
 }
 
+func ntp(servers ...string) *enrolmentpb.Config {
+	c := bootstrap("prod", nil)
+	c.Network = &enrolmentpb.Network{NtpServers: servers}
+	return c
+}
+
 func static(s *enrolmentpb.Static) *enrolmentpb.Config {
 	c := bootstrap("prod", nil)
 	c.Network = &enrolmentpb.Network{Config: &enrolmentpb.Network_Static{Static: s}}
@@ -128,6 +134,8 @@ func TestCheck(t *testing.T) {
 		{name: "bootstrap without owner", config: bootstrap("a", nil), want: &Enrolment{ClusterName: "a"}},
 		{name: "required TPM", config: policy(enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_REQUIRED),
 			want: &Enrolment{ClusterName: "prod", StoragePolicy: keyfile.TPMRequired}},
+		{name: "NTP servers", config: ntp("pool.ntp.org", "10.0.2.2:12300", "[2001:db8::1]:123", "2001:db8::2"),
+			want: &Enrolment{ClusterName: "prod", NTPServers: []string{"pool.ntp.org", "10.0.2.2:12300", "[2001:db8::1]:123", "2001:db8::2"}}},
 		{name: "disabled TPM", config: policy(enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_DISABLED),
 			want: &Enrolment{ClusterName: "prod", StoragePolicy: keyfile.TPMDisabled}},
 		{name: "static network", config: static(&enrolmentpb.Static{
@@ -159,6 +167,9 @@ func TestCheck(t *testing.T) {
 			&enrolmentpb.Interface{Name: "eth1", Advertise: true}), wantField: "network.interfaces", wantText: "2 interfaces advertise"},
 		{name: "interface matched twice", config: interfaces(&enrolmentpb.Interface{Name: "eth0", Advertise: true},
 			&enrolmentpb.Interface{Name: "eth0"}), wantField: "network.interfaces[1]", wantText: "as an earlier"},
+		{name: "NTP port 0", config: ntp("ntp.example:0"), wantField: "network.ntp_servers[0]", wantText: "want 1 to 65535"},
+		{name: "NTP host with a space", config: ntp("pool.ntp.org", "bad host"), wantField: "network.ntp_servers[1]",
+			wantText: "not an IP address or host name"},
 		{name: "interface by name and MAC", config: interfaces(&enrolmentpb.Interface{Name: "eth0", Mac: "52:54:00:aa:00:01", Advertise: true}),
 			wantField: "network.interfaces[0]", wantText: "exactly one of name and mac"},
 		{name: "bad MAC", config: interfaces(&enrolmentpb.Interface{Mac: "52:54", Advertise: true}),
@@ -308,10 +319,12 @@ func TestLoad(t *testing.T) {
 		warns  string
 		// recorded is what the record must hold afterwards.
 		recorded []byte
+		// clock is what CheckClock at the time at says on a fresh node.
+		clock string
 	}{
 		{name: "first boot", record: "-", onESP: first, fresh: true, at: now, want: "prod", recorded: first},
-		{name: "first boot, owner expired", record: "-", onESP: first, fresh: true, at: expired,
-			want: "bootstrap.owner_certificate: expired"},
+		{name: "first boot, owner expired", record: "-", onESP: first, fresh: true, at: expired, want: "prod",
+			clock: "bootstrap.owner_certificate: expired", recorded: first},
 		{name: "first boot, no config", record: "-", fresh: true, at: now, want: DefaultClusterName, recorded: []byte{}},
 		{name: "first boot again", record: string(other), onESP: first, fresh: true, at: now, want: "prod", recorded: first},
 		{name: "later boot, owner expired", record: string(first), onESP: first, at: expired, want: "prod", recorded: first},
@@ -342,7 +355,7 @@ func TestLoad(t *testing.T) {
 				}
 			}
 			var log bytes.Buffer
-			e, err := Load(slog.New(slog.NewTextHandler(&log, nil)), root, tc.fresh, tc.at)
+			e, err := Load(slog.New(slog.NewTextHandler(&log, nil)), root, tc.fresh)
 			got := ""
 			if err != nil {
 				got = err.Error()
@@ -351,6 +364,13 @@ func TestLoad(t *testing.T) {
 			}
 			if !strings.Contains(got, tc.want) {
 				t.Errorf("Load = %q, want %q", got, tc.want)
+			}
+			// A fresh node checks the clock once it is set; others never.
+			if err == nil && tc.fresh {
+				cerr := e.CheckClock(tc.at)
+				if (cerr == nil) != (tc.clock == "") || (cerr != nil && !strings.Contains(cerr.Error(), tc.clock)) {
+					t.Errorf("CheckClock(%v) = %v, want %q", tc.at, cerr, tc.clock)
+				}
 			}
 			if !strings.Contains(log.String(), tc.warns) || (tc.warns == "" && log.Len() > 0) {
 				t.Errorf("Load logged %q, want %q", log.String(), tc.warns)

@@ -51,6 +51,21 @@ type link struct {
 	dhcp *dhcpLink
 }
 
+// NTPServers returns the NTP servers the DHCP leases offer, in the order
+// of the links.
+func (n *Network) NTPServers() []string {
+	var out []string
+	for _, l := range n.links {
+		if l.dhcp == nil || l.dhcp.lease == nil {
+			continue
+		}
+		for _, ip := range l.dhcp.lease.ACK.NTPServers() {
+			out = append(out, ip.String())
+		}
+	}
+	return out
+}
+
 // Up configures every interface and returns once each has an address.
 // With no interfaces, it runs DHCP on the first link that comes up.
 func Up(ctx context.Context, log *slog.Logger, ifaces []enrolment.Interface) (*Network, error) {
