@@ -1,0 +1,79 @@
+// Package unlock is how a node gets its cluster unlock key back from its
+// peers at boot, before its data volume (and etcd on it) is up: every
+// node runs a Server that answers share requests, and a booting node
+// Fetches shares until it has enough to recover its key (package escrow
+// holds the cryptography).
+//
+// Both sides authenticate with TLS 1.3 and node certificates of the
+// cluster CA, kept on the ESP with the key sealed to the TPM, and check
+// each other against the CRL the node cached on its ESP: a removed node
+// is refused its shares even while a majority is up. Certificates are
+// checked without their validity period: a cluster that lost power may
+// boot with its clocks wrong, and must not lock itself out over that;
+// node certificates are long-lived and revocation is by CRL.
+//
+// A holder answers only the node a certificate names, and only for an
+// envelope addressed to itself in the cluster it belongs to; the share
+// travels sealed to a key the requester made for this boot. Every
+// release is logged.
+package unlock
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/borough-os/borough/internal/pki"
+)
+
+// Port is the TCP port of every node's unlock responder.
+const Port = 7836
+
+// Identity is a node's TLS identity in the cluster, and what it checks
+// others against.
+type Identity struct {
+	// Cert is the node's certificate and key.
+	Cert tls.Certificate
+	// CA is the cluster CA.
+	CA *x509.Certificate
+	// CRL, if set, is the cluster's revocation list, its signature
+	// checked by whoever loaded it.
+	CRL *x509.RevocationList
+}
+
+// verify checks a peer's certificate chain against the CA, whatever the
+// time, and the CRL, and returns the peer's node name. With want set, the
+// name must be want.
+func (id Identity) verify(rawCerts [][]byte, want string, usage x509.ExtKeyUsage) (string, error) {
+	if len(rawCerts) == 0 {
+		return "", errors.New("no certificate")
+	}
+	leaf, err := x509.ParseCertificate(rawCerts[0])
+	if err != nil {
+		return "", err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(id.CA)
+	// The validity period is not checked (package doc): verify at a time
+	// inside it.
+	opts := x509.VerifyOptions{Roots: roots, CurrentTime: leaf.NotBefore.Add(time.Second), KeyUsages: []x509.ExtKeyUsage{usage}}
+	if _, err := leaf.Verify(opts); err != nil {
+		return "", fmt.Errorf("not a certificate of the cluster CA: %w", err)
+	}
+	name := leaf.Subject.CommonName
+	if !pki.NodeName.MatchString(name) {
+		return "", fmt.Errorf("certificate names %q, not a node", name)
+	}
+	if want != "" && name != want {
+		return "", fmt.Errorf("certificate names %s, want %s", name, want)
+	}
+	if id.CRL != nil && slices.ContainsFunc(id.CRL.RevokedCertificateEntries, func(e x509.RevocationListEntry) bool {
+		return e.SerialNumber.Cmp(leaf.SerialNumber) == 0
+	}) {
+		return "", fmt.Errorf("the certificate of %s is revoked", name)
+	}
+	return name, nil
+}

@@ -1,0 +1,139 @@
+package unlock
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/escrow"
+	"github.com/borough-os/borough/proto/unlockpb"
+)
+
+// pathShare is the share request's path.
+const pathShare = "/v1/share"
+
+// maxBody bounds a request.
+const maxBody = 16 << 10
+
+// Server answers share requests for the node it runs on.
+type Server struct {
+	// Cluster and Node are this node's cluster and name.
+	Cluster, Node string
+	// EscrowKey is this node's escrow private key.
+	EscrowKey []byte
+	Identity  Identity
+	Log       *slog.Logger
+	// Addr is the address to listen on; empty means every address, on
+	// Port.
+	Addr string
+}
+
+// Run serves on Addr until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	addr := s.Addr
+	if addr == "" {
+		addr = ":" + strconv.Itoa(Port)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("unlock responder: %w", err)
+	}
+	return s.Serve(ctx, l)
+}
+
+// Serve serves on l until ctx ends.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{
+		Handler: s.Handler(),
+		TLSConfig: &tls.Config{
+			Certificates: []tls.Certificate{s.Identity.Cert},
+			MinVersion:   tls.VersionTLS13,
+			ClientAuth:   tls.RequireAnyClientCert,
+			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+				_, err := s.Identity.verify(raw, "", x509.ExtKeyUsageClientAuth)
+				return err
+			},
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	err := srv.ServeTLS(l, "", "")
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("unlock responder: %w", err)
+}
+
+// Handler answers share requests on a TLS connection whose client
+// certificate the server has checked (Run's config).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+pathShare, s.share)
+	return mux
+}
+
+// errRefused is a request the holder will not answer.
+var errRefused = errors.New("refused")
+
+func (s *Server) share(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	var req unlockpb.ShareRequest
+	if err == nil {
+		err = proto.Unmarshal(body, &req)
+	}
+	if err != nil {
+		http.Error(w, "not a share request", http.StatusBadRequest)
+		return
+	}
+	requester := ""
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		requester = r.TLS.PeerCertificates[0].Subject.CommonName
+	}
+	sealed, err := s.answer(requester, &req)
+	if err != nil {
+		s.Log.Warn("refused a share request", "requester", requester, "node", req.GetNode(), "err", err)
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
+	s.Log.Info("released a share", "node", req.GetNode(), "epoch", req.GetEpoch())
+	b, err := proto.Marshal(&unlockpb.ShareResponse{Sealed: sealed})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_, _ = w.Write(b)
+}
+
+// answer checks a request from the node named requester and returns the
+// share sealed to its one-time key.
+func (s *Server) answer(requester string, req *unlockpb.ShareRequest) ([]byte, error) {
+	switch {
+	case requester == "" || requester != req.GetNode():
+		return nil, fmt.Errorf("%w: %q asked for the share of %q", errRefused, requester, req.GetNode())
+	case req.GetCluster() != s.Cluster:
+		return nil, fmt.Errorf("%w: a share of cluster %q, this is %q", errRefused, req.GetCluster(), s.Cluster)
+	case req.GetHolder() != s.Node:
+		return nil, fmt.Errorf("%w: the envelope is for %s, this is %s", errRefused, req.GetHolder(), s.Node)
+	}
+	b := escrow.Binding{Cluster: req.GetCluster(), Node: req.GetNode(), Epoch: req.GetEpoch()}
+	share, err := escrow.OpenEnvelope(s.EscrowKey, b, escrow.Envelope{Holder: s.Node, Sealed: req.GetEnvelope()})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errRefused, err)
+	}
+	defer clear(share)
+	return escrow.SealTransfer(req.GetOneTimeKey(), b, s.Node, share)
+}

@@ -1,0 +1,238 @@
+package unlock
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/borough-os/borough/internal/escrow"
+	"github.com/borough-os/borough/internal/pki"
+)
+
+var now = time.Now()
+
+// node is a cluster member with its identity and escrow key.
+type node struct {
+	name      string
+	cert      *pki.Cert
+	escrowKey []byte
+	pub       []byte
+	addr      string
+}
+
+func (n *node) identity(ca *pki.CA, crl *x509.RevocationList) Identity {
+	return Identity{Cert: tls.Certificate{Certificate: [][]byte{n.cert.Cert.Raw}, PrivateKey: n.cert.Key}, CA: ca.Cert, CRL: crl}
+}
+
+// testCluster is a CA and nodes node-00000001 to node-0000000N.
+type testCluster struct {
+	ca    *pki.CA
+	nodes []*node
+}
+
+func newCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	ca, err := pki.NewCA("prod", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testCluster{ca: ca}
+	for i := range n {
+		c.nodes = append(c.nodes, c.newNode(t, ca, i+1))
+	}
+	return c
+}
+
+func (c *testCluster) newNode(t *testing.T, ca *pki.CA, i int) *node {
+	t.Helper()
+	name := fmt.Sprintf("node-%08x", i)
+	cert, err := ca.Issue(name, []net.IP{net.IPv4(127, 0, 0, 1)}, []string{name}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, pub, err := escrow.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &node{name: name, cert: cert, escrowKey: priv, pub: pub}
+}
+
+// serve runs n's responder on loopback, with crl in force, until the
+// test ends, and returns the log of its releases and refusals.
+func (c *testCluster) serve(t *testing.T, n *node, crl *x509.RevocationList) *bytes.Buffer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.addr = l.Addr().String()
+	log := &syncBuffer{}
+	s := &Server{Cluster: "prod", Node: n.name, EscrowKey: n.escrowKey, Identity: n.identity(c.ca, crl),
+		Log: slog.New(slog.NewTextHandler(log, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx, l); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &log.b
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// escrowFor splits cuk of node n among the others, k of which unlock.
+func (c *testCluster) escrowFor(t *testing.T, n *node, cuk []byte, k int) (*escrow.Escrow, map[string]string) {
+	t.Helper()
+	var holders []escrow.Holder
+	addrs := make(map[string]string)
+	for _, m := range c.nodes {
+		if m != n {
+			holders = append(holders, escrow.Holder{Name: m.name, Key: m.pub})
+			addrs[m.name] = m.addr
+		}
+	}
+	e, err := escrow.Split(cuk, escrow.Binding{Cluster: "prod", Node: n.name, Epoch: 1}, k, holders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, addrs
+}
+
+var cuk = bytes.Repeat([]byte{0x3c}, 32)
+
+func fetch(t *testing.T, id Identity, e *escrow.Escrow, addrs map[string]string, timeout time.Duration) ([]byte, string, error) {
+	t.Helper()
+	var log bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	got, err := Fetch(ctx, slog.New(slog.NewTextHandler(&log, nil)), id, e, addrs)
+	return got, log.String(), err
+}
+
+// TestFetch unlocks a node of three and of five voters through real
+// responders on loopback.
+func TestFetch(t *testing.T) {
+	for _, voters := range []int{3, 5} {
+		t.Run(fmt.Sprint(voters, " voters"), func(t *testing.T) {
+			c := newCluster(t, voters)
+			logs := make(map[string]*bytes.Buffer)
+			for _, n := range c.nodes[1:] {
+				logs[n.name] = c.serve(t, n, nil)
+			}
+			a := c.nodes[0]
+			e, addrs := c.escrowFor(t, a, cuk, escrow.Threshold(voters))
+			got, _, err := fetch(t, a.identity(c.ca, nil), e, addrs, 30*time.Second)
+			if err != nil || !bytes.Equal(got, cuk) {
+				t.Fatalf("Fetch = %x, %v; want the CUK", got, err)
+			}
+			released := 0
+			for _, l := range logs {
+				if strings.Contains(l.String(), "released a share") && strings.Contains(l.String(), "node="+a.name) {
+					released++
+				}
+			}
+			if released < e.K {
+				t.Errorf("%d holders logged a release, want at least %d", released, e.K)
+			}
+		})
+	}
+}
+
+// TestFetchRefused plays what the responders must refuse: they all fail
+// to unlock within the time given, the requester says it is waiting, and
+// the holders say why they refused.
+func TestFetchRefused(t *testing.T) {
+	c := newCluster(t, 4)
+	a, b, d := c.nodes[0], c.nodes[1], c.nodes[3]
+	revoked, err := c.ca.CRL(2, []*big.Int{a.cert.Cert.SerialNumber}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crl, err := x509.ParseRevocationList(revoked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := pki.NewCA("prod", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// logs are the logs of the responders the current case started.
+	var logs []*bytes.Buffer
+	for _, tc := range []struct {
+		name string
+		// setup starts responders and returns the requester's identity,
+		// its escrow and the holders' addresses.
+		setup func(t *testing.T) (Identity, *escrow.Escrow, map[string]string)
+		// refusal is what a holder logs, if it gets that far.
+		refusal string
+	}{
+		{"requester revoked", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
+			for _, n := range c.nodes[1:] {
+				c.serve(t, n, crl)
+			}
+			e, addrs := c.escrowFor(t, a, cuk, 2)
+			return a.identity(c.ca, nil), e, addrs
+		}, ""},
+		{"another node's shares", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
+			for _, n := range c.nodes[1:] {
+				logs = append(logs, c.serve(t, n, nil))
+			}
+			e, addrs := c.escrowFor(t, a, cuk, 2)
+			return d.identity(c.ca, nil), e, addrs
+		}, "requester=" + d.name + " node=" + a.name},
+		{"another cluster's CA", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
+			for _, n := range c.nodes[1:] {
+				c.serve(t, n, nil)
+			}
+			e, addrs := c.escrowFor(t, a, cuk, 2)
+			fake := c.newNode(t, stranger, 1)
+			return fake.identity(stranger, nil), e, addrs
+		}, ""},
+		{"a holder's address answered by another", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
+			for _, n := range c.nodes[1:] {
+				c.serve(t, n, nil)
+			}
+			e, addrs := c.escrowFor(t, a, cuk, 2)
+			for name := range addrs {
+				addrs[name] = b.addr
+			}
+			return a.identity(c.ca, nil), e, addrs
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs = nil
+			id, e, addrs := tc.setup(t)
+			got, log, err := fetch(t, id, e, addrs, 3*time.Second)
+			if err == nil || got != nil {
+				t.Fatalf("Fetch = %x, %v; want it to wait in vain", got, err)
+			}
+			if !strings.Contains(log, "waiting for unlock: ") || !strings.Contains(err.Error(), "of 2 shares") {
+				t.Errorf("Fetch said %q, %v; want it waiting for shares", log, err)
+			}
+			if tc.refusal == "" {
+				return
+			}
+			for _, l := range logs {
+				if s := l.String(); !strings.Contains(s, "refused a share request") || !strings.Contains(s, tc.refusal) {
+					t.Errorf("a holder logged %q, want a refusal saying %s", s, tc.refusal)
+				}
+			}
+		})
+	}
+}
