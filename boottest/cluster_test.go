@@ -187,7 +187,7 @@ func TestCluster(t *testing.T) {
 	skewed := opts
 	skewed.FwCfg, skewed.RTCBase = other, "2001-01-01"
 	vm = boot(t, skewed)
-	expect(t, vm, bootTimeout, "differs from the one this node applied on its first boot; ignoring it",
+	expect(t, vm, bootTimeout, "differs from the one this node applied on its first boot in more than its network",
 		unlocked, "borough: state Restarting -> Running", running)
 	powerOff(t, vm)
 

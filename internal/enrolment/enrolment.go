@@ -109,8 +109,9 @@ func fieldErr(field, format string, args ...any) error {
 //
 // A node that was set up runs from the config it applied, never checked
 // against the clock again: an RTC a year off, or an owner certificate that
-// expired since, must not stop an established node. A config in fw_cfg or
-// on the ESP that differs from it is ignored, with a warning: a config
+// expired since, must not stop an established node. Of a config in fw_cfg
+// or on the ESP that differs from it, only the network settings are
+// applied (applyNetwork); the rest is ignored, with a warning: a config
 // applies to a node's first boot only. A node without the record (set up
 // before it existed) or with a damaged one applies the current config and
 // records it.
@@ -132,8 +133,7 @@ func Load(log *slog.Logger, espRoot string, fresh bool) (*Enrolment, error) {
 		e, perr := parse(applied, "the config this node applied on its first boot", time.Time{})
 		if perr == nil {
 			if source != sourceNone && !bytes.Equal(b, applied) {
-				log.Warn("the enrolment config in " + source + " differs from the one this node applied on its first boot; " +
-					"ignoring it: an enrolment config applies to a node's first boot only")
+				applyNetwork(log, e, source, b, applied)
 			}
 			return e, nil
 		}
@@ -147,6 +147,37 @@ func Load(log *slog.Logger, espRoot string, fresh bool) (*Enrolment, error) {
 		return nil, err
 	}
 	return e, writeApplied(record, b)
+}
+
+// applyNetwork applies to e, the config the node applied on its first
+// boot, the network settings of b, the config now in source: a machine
+// that moved needs its new addresses, and they cannot weaken what the
+// node trusts (the cluster's peers and owner are known by certificates).
+// Every other difference is ignored, with a warning.
+func applyNetwork(log *slog.Logger, e *Enrolment, source string, b, applied []byte) {
+	cur, err := Parse(b, source, time.Time{})
+	if err != nil {
+		log.Warn("ignoring the enrolment config in "+source+"; running from the one this node applied on its first boot", "err", err)
+		return
+	}
+	e.Interfaces, e.NTPServers = cur.Interfaces, cur.NTPServers
+	if sameButNetwork(b, applied) {
+		log.Info("applying the network settings of the enrolment config in " + source)
+		return
+	}
+	log.Warn("the enrolment config in " + source + " differs from the one this node applied on its first boot " +
+		"in more than its network; applying its network settings and ignoring the rest: " +
+		"an enrolment config applies to a node's first boot only")
+}
+
+// sameButNetwork says whether two configs differ only in their network.
+func sameButNetwork(a, b []byte) bool {
+	var ca, cb enrolmentpb.Config
+	if proto.Unmarshal(a, &ca) != nil || proto.Unmarshal(b, &cb) != nil {
+		return false
+	}
+	ca.Network, cb.Network = nil, nil
+	return proto.Equal(&ca, &cb)
 }
 
 // sourceNone is the source of the default config.

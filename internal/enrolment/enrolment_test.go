@@ -307,6 +307,12 @@ func TestLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	expired := now.AddDate(2, 0, 0)
+	movedConfig := bootstrap("prod", owner)
+	movedConfig.Network = &enrolmentpb.Network{NtpServers: []string{"10.0.2.2"}}
+	moved, err := proto.Marshal(movedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		// record, if set, is the applied config recorded on the ESP; "-"
@@ -321,6 +327,8 @@ func TestLoad(t *testing.T) {
 		recorded []byte
 		// clock is what CheckClock at the time at says on a fresh node.
 		clock string
+		// ntp is the NTP server Load must give, if set.
+		ntp string
 	}{
 		{name: "first boot", record: "-", onESP: first, fresh: true, at: now, want: "prod", recorded: first},
 		{name: "first boot, owner expired", record: "-", onESP: first, fresh: true, at: expired, want: "prod",
@@ -331,7 +339,9 @@ func TestLoad(t *testing.T) {
 		{name: "later boot, clock in 2001", record: string(first), onESP: first,
 			at: time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC), want: "prod", recorded: first},
 		{name: "later boot, config changed", record: string(first), onESP: other, at: now, want: "prod",
-			warns: "differs from the one this node applied", recorded: first},
+			warns: "in more than its network; applying its network settings and ignoring the rest", recorded: first},
+		{name: "later boot, network changed", record: string(first), onESP: moved, at: now, want: "prod",
+			warns: "applying the network settings of the enrolment config", ntp: "10.0.2.2", recorded: first},
 		{name: "later boot, config removed", record: string(first), at: now, want: "prod", recorded: first},
 		{name: "later boot, no config applied", record: "", onESP: other, at: now, want: DefaultClusterName,
 			warns: "differs", recorded: []byte{}},
@@ -364,6 +374,9 @@ func TestLoad(t *testing.T) {
 			}
 			if !strings.Contains(got, tc.want) {
 				t.Errorf("Load = %q, want %q", got, tc.want)
+			}
+			if tc.ntp != "" && (err != nil || len(e.NTPServers) != 1 || e.NTPServers[0] != tc.ntp) {
+				t.Errorf("Load gave NTP servers %v, want [%s]", e.NTPServers, tc.ntp)
 			}
 			// A fresh node checks the clock once it is set; others never.
 			if err == nil && tc.fresh {
