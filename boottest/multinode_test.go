@@ -52,6 +52,7 @@ func TestMultiNode(t *testing.T) {
 	t.Run("three voters", m.threeVoters)
 	t.Run("bad tickets", m.badTickets)
 	t.Run("leader power cut under writes", m.powerCut)
+	t.Run("cold restart", m.coldRestart)
 	t.Run("restart at a new address", m.newAddress)
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
@@ -285,10 +286,15 @@ func (m *multi) powerCut(t *testing.T) {
 	if err := m.c.WaitRunning(leader); err != nil {
 		t.Fatal(err)
 	}
-	acked := w.stop()
-	get, err := m.client(t, leader).Get(timeout(t, time.Minute), "load/", clientv3.WithPrefix())
+	m.checkWrites(t, leader, w.stop(), "on the node that lost power")
+}
+
+// checkWrites checks that every acknowledged write is on node n.
+func (m *multi) checkWrites(t *testing.T, n *multinode.Node, acked []string, where string) {
+	t.Helper()
+	get, err := m.client(t, n).Get(timeout(t, time.Minute), "load/", clientv3.WithPrefix())
 	if err != nil {
-		t.Fatalf("reading the writes on the node that lost power: %v", err)
+		t.Fatalf("reading the writes %s: %v", where, err)
 	}
 	have := map[string]bool{}
 	for _, kv := range get.Kvs {
@@ -301,13 +307,68 @@ func (m *multi) powerCut(t *testing.T) {
 		}
 	}
 	if lost > 0 || len(acked) == 0 {
-		t.Errorf("%d of %d acknowledged writes missing on the node that lost power", lost, len(acked))
+		t.Errorf("%d of %d acknowledged writes missing %s", lost, len(acked), where)
 	}
 }
 
 // newAddress powers node 3 off, gives it another LAN address (as a new
 // DHCP lease would) and boots it: it gives itself a certificate for the
 // new address, tells the cluster, and serves again.
+// coldRestart cuts the power of all three nodes under writes, once the
+// cluster keeps each node's unlock key: one node alone stays locked and
+// says so, with its data partition untouched; with a second, both unlock;
+// the third follows, and no acknowledged write is lost.
+func (m *multi) coldRestart(t *testing.T) {
+	nodes := m.c.Nodes[:3]
+	for _, n := range nodes {
+		awaitEscrow(t, n)
+	}
+	w := startWriter(t, m.client(t, nodes[1:]...))
+	time.Sleep(3 * time.Second)
+	for _, n := range nodes {
+		n.VM.Kill()
+	}
+	acked := w.stop()
+	t.Logf("pulled the plug of all three nodes after %d acknowledged writes", len(acked))
+	start := func(n *multinode.Node) {
+		t.Helper()
+		if err := m.c.Start(context.Background(), n, filepath.Join(filepath.Dir(n.Disk()), "enrolment.pb")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := dataHash(t, nodes[0].Disk())
+	start(nodes[0])
+	expect(t, nodes[0].VM, bootTimeout, "borough: unlock: warning: waiting for unlock: 0 of 1 shares")
+	if dataHash(t, nodes[0].Disk()) != before {
+		t.Error("the node alone changed its data partition")
+	}
+	start(nodes[1])
+	for _, n := range nodes[:2] {
+		if err := m.c.WaitRunning(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(nodes[2])
+	if err := m.c.WaitRunning(nodes[2]); err != nil {
+		t.Fatal(err)
+	}
+	m.checkWrites(t, nodes[2], acked, "after the cold restart")
+}
+
+// awaitEscrow waits until the cluster keeps n's unlock key: n split it
+// among its peers in this boot, or got it from them.
+func awaitEscrow(t *testing.T, n *multinode.Node) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		c := n.VM.Console()
+		if strings.Contains(c, "borough: unlock: the cluster keeps this node's unlock key") ||
+			strings.Contains(c, "borough: unlock: cluster unlock key recovered") {
+			return
+		}
+	}
+	t.Fatalf("node%d: the cluster does not keep its unlock key after 3 minutes:\n%s", n.Index+1, n.VM.Tail(30))
+}
+
 func (m *multi) newAddress(t *testing.T) {
 	n := m.c.Nodes[2]
 	if err := n.VM.PowerOff(powerTimeout); err != nil {
@@ -465,10 +526,12 @@ func (m *multi) crashWhileJoining(t *testing.T) {
 				t.Fatal(err)
 			}
 			m.awaitVoter(t, n.Name)
-			// One node is removed while it is off: it learns it from its
-			// peers when it boots again.
+			// One node is removed while it is off, once the cluster keeps
+			// its unlock key: its peers refuse it the shares when it boots
+			// again, and it stays locked, saying why.
 			off := step == cluster.JoinAdmitted
 			if off {
+				awaitEscrow(t, n)
 				if err := n.VM.PowerOff(powerTimeout); err != nil {
 					t.Fatal(err)
 				}
@@ -478,10 +541,22 @@ func (m *multi) crashWhileJoining(t *testing.T) {
 				t.Errorf("borough node remove printed:\n%s", out)
 			}
 			if off {
+				before := dataHash(t, n.Disk())
 				if err := m.c.Start(context.Background(), n, cfg); err != nil {
 					t.Fatal(err)
 				}
-				expect(t, n.VM, bootTimeout, "borough: state New -> Restarting")
+				line, _, err := n.VM.WaitLine("borough: unlock: warning: waiting for unlock: 0 of", bootTimeout)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(line, "is revoked: the cluster removed it") {
+					t.Errorf("the removed node waits for its unlock key saying %q, want the holders' refusal", line)
+				}
+				if dataHash(t, n.Disk()) != before {
+					t.Error("the removed node changed its data partition")
+				}
+				n.VM.Kill()
+				return
 			}
 			expect(t, n.VM, bootTimeout, "borough: node failed: removed from cluster multi")
 			if step != cluster.JoinStarted {

@@ -53,6 +53,25 @@ func SecureBootUpdate(key string) File {
 	return File(Dir + "/secureboot/" + key + ".auth")
 }
 
+// The node's unlock material (internal/clusterkey): what it needs before
+// its data volume is mounted to get its cluster unlock key from its
+// peers, and to answer theirs.
+const (
+	// UnlockCert, UnlockCA and UnlockCRL are copies of the node's
+	// certificate, the cluster CA's and the CRL.
+	UnlockCert File = Dir + "/unlock/node.pem"
+	UnlockCA   File = Dir + "/unlock/ca.pem"
+	UnlockCRL  File = Dir + "/unlock/crl.der"
+	// UnlockKey is the node certificate's private key, sealed to the TPM.
+	UnlockKey File = Dir + "/unlock/node-key.sealed"
+	// EscrowKey is the node's escrow private key (X25519), sealed to the
+	// TPM: it opens the shares the node holds for its peers.
+	EscrowKey File = Dir + "/unlock/escrow-key.sealed"
+	// CUKEscrow is the node's cluster unlock key, split among its peers
+	// (escrow.Escrow, JSON).
+	CUKEscrow File = Dir + "/unlock/cuk.escrow"
+)
+
 // Dir is the directory of Borough's own files.
 const Dir = "EFI/Borough"
 

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/network"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/storage"
@@ -54,10 +56,15 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 		mgr.Fail(err)
 		return []supervisor.Service{{Name: "network", Run: net.Run}}, nil
 	}
+	keys, err := clusterKeys(ctx, log, t, enrol.StoragePolicy)
+	if err != nil {
+		return nil, err
+	}
 	if err := st.MountData(storage.Config{
-		TPM:    t,
-		Policy: enrol.StoragePolicy,
-		Pause:  pauseHook(log, params, "storage"),
+		TPM:         t,
+		Policy:      enrol.StoragePolicy,
+		ClusterKeys: keys,
+		Pause:       pauseHook(log, params, "storage"),
 	}); err != nil {
 		return nil, err
 	}
@@ -67,7 +74,7 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 	mgr.Configure(cluster.Config{
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
 		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot,
-		Pause: pauseHook(log, params, "join"),
+		Pause: pauseHook(log, params, "join"), Keys: keys,
 	})
 	return []supervisor.Service{
 		{Name: "network", Run: net.Run},
@@ -110,13 +117,38 @@ func openTPM(log *slog.Logger) (*tpm.TPM, error) {
 	return t, nil
 }
 
+// clusterKeys returns the keeper of the node's cluster unlock key, which
+// has unsealed what it needs from the ESP and answers its peers' share
+// requests. Keys it seals later in this boot are sealed to this boot's
+// PCR values from before they are capped.
+func clusterKeys(ctx context.Context, log *slog.Logger, t *tpm.TPM, policy keyfile.TPMPolicy) (*clusterkey.Keeper, error) {
+	if policy == keyfile.TPMDisabled {
+		t = nil
+	}
+	var pcrs map[uint][]byte
+	if t != nil {
+		var err error
+		if pcrs, err = t.PCRs(tpm.DefaultPCRs); err != nil {
+			return nil, err
+		}
+	}
+	keys := &clusterkey.Keeper{
+		ESPRoot: storage.ESPRoot,
+		Local:   storage.LocalEscrow(t, policy, pcrs),
+		Sealer:  &clusterkey.Sealer{TPM: t, BootPCRs: pcrs},
+		Log:     log.With(console.ServiceKey, "unlock"),
+	}
+	keys.Boot(ctx)
+	return keys, nil
+}
+
 // capPCRs caps the PCRs the keys are sealed to, once bringUp is past
-// unsealing them (or failed before), and closes the TPM.
+// unsealing them (or failed before). The TPM stays open: the node seals
+// keys it makes later to the values from before the cap.
 func capPCRs(log *slog.Logger, t *tpm.TPM) error {
 	if t == nil {
 		return nil
 	}
-	defer t.Close()
 	if err := t.Cap(tpm.DefaultPCRs); err != nil {
 		return fmt.Errorf("%w: refusing to run with keys that could be unsealed again in this boot", err)
 	}

@@ -26,19 +26,23 @@ import (
 // cluster would admit a fresh node with its ticket: a ticket that is
 // forged, expired, used, or for a cluster whose endpoints present another
 // CA, fails the node with nothing written. A node that already began its
-// join (its ESP record says so, or is damaged) has nothing to check. Unreachable
+// join (its ESP record says so, or is damaged) has nothing to check. A
+// node whose ESP record says the cluster removed it fails here, before
+// it asks its peers for its unlock key. Unreachable
 // endpoints are retried until ctx ends.
 func (mg *Manager) Preflight(ctx context.Context, espRoot string, e *enrolment.Enrolment) error {
-	if e.Ticket == nil {
-		return nil
-	}
 	rec, err := readRecord(esp.NodeState.In(espRoot))
-	if errors.Is(err, errDamaged) {
+	switch {
+	case errors.Is(err, errDamaged):
 		// The data volume's record will decide (decide).
 		return nil
-	}
-	if err != nil || rec != nil {
+	case err != nil:
 		return err
+	case rec != nil && rec.Phase == PhaseRemoved:
+		// Its peers would not give it its unlock key anyway.
+		return errRemoved(rec.Cluster)
+	case rec != nil || e.Ticket == nil:
+		return nil
 	}
 	mg.log.Info("checking the join ticket", "cluster", e.Ticket.GetClusterName(), "endpoints", e.Ticket.GetJoinEndpoints())
 	return retry(ctx, mg.log, "checking the join ticket", refused, func() error {

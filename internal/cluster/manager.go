@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/join"
@@ -37,6 +38,9 @@ type Config struct {
 	// Pause, if set, is called after each step of a join (JoinRecorded,
 	// JoinAdmitted, JoinStarted), for crash tests.
 	Pause func(step string)
+	// Keys, if set, keeps the node's cluster unlock key with the cluster
+	// while the member runs.
+	Keys *clusterkey.Keeper
 	// overrides are test seams.
 	overrides overrides
 }
@@ -120,7 +124,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 	mg.m.to(StateRunning)
 	mg.log.Info("node running", "cluster", rec.Cluster, "member", rec.Node,
 		"client", net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.ClientPort)), "role", role)
-	err = mg.serve(ctx, c, rec.Cluster)
+	err = mg.serve(ctx, c, rec)
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -131,7 +135,8 @@ func (mg *Manager) Run(ctx context.Context) error {
 }
 
 // serve runs the member and its join endpoint; the first to end ends both.
-func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, cluster string) error {
+func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Record) error {
+	cluster := rec.Cluster
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	js := &join.Server{Client: c.Client, PKI: mg.pkiFiles(), Log: mg.log.With("service", "join")}
@@ -143,6 +148,9 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, cluster st
 	go func() { errs <- js.Run(ctx) }()
 	go mg.reportPromotion(ctx, c)
 	go mg.keepDirectory(ctx, c, cluster)
+	if mg.cfg.Keys != nil {
+		go mg.cfg.Keys.Maintain(ctx, clusterkey.Member{Consensus: c, PKI: mg.pkiFiles(), Cluster: cluster, Node: rec.Node})
+	}
 	go func() {
 		if err := mg.keepCAKey(ctx, c); err != nil && ctx.Err() == nil {
 			mg.log.Warn("keeping a copy of the cluster CA key", "err", err)

@@ -26,6 +26,7 @@
 package escrow
 
 import (
+	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
@@ -80,6 +81,8 @@ type Holder struct {
 // Envelope is one holder's share, sealed to its escrow key.
 type Envelope struct {
 	Holder string `json:"holder"`
+	// Key is the holder's escrow public key the share is sealed to.
+	Key    []byte `json:"key"`
 	Sealed []byte `json:"sealed"`
 }
 
@@ -134,9 +137,24 @@ func Split(cuk []byte, b Binding, k int, holders []Holder) (*Escrow, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sealing the share of %s: %w", holders[i].Name, err)
 		}
-		e.Envelopes = append(e.Envelopes, Envelope{Holder: holders[i].Name, Sealed: sealed})
+		e.Envelopes = append(e.Envelopes, Envelope{Holder: holders[i].Name, Key: holders[i].Key, Sealed: sealed})
 	}
 	return e, nil
+}
+
+// SameHolders says whether e is split k ways among exactly holders, with
+// the keys they have now: if not, the node splits again.
+func (e *Escrow) SameHolders(k int, holders []Holder) bool {
+	if e.K != k || len(e.Envelopes) != len(holders) {
+		return false
+	}
+	for _, h := range holders {
+		env, ok := e.Envelope(h.Name)
+		if !ok || !bytes.Equal(env.Key, h.Key) {
+			return false
+		}
+	}
+	return true
 }
 
 // Envelope returns holder's envelope.

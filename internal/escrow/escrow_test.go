@@ -204,3 +204,31 @@ func TestSplitRejects(t *testing.T) {
 		})
 	}
 }
+
+func TestSameHolders(t *testing.T) {
+	hs, _ := peers(t, 3)
+	e, err := Split(cuk, bind, 2, hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated := append([]Holder{}, hs...)
+	rotated[1].Key = bytes.Repeat([]byte{9}, 32)
+	for _, tc := range []struct {
+		name    string
+		k       int
+		holders []Holder
+		want    bool
+	}{
+		{"same", 2, hs, true},
+		{"same, other order", 2, []Holder{hs[2], hs[0], hs[1]}, true},
+		{"another threshold", 1, hs, false},
+		{"one holder fewer", 2, hs[:2], false},
+		{"a new key", 2, rotated, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := e.SameHolders(tc.k, tc.holders); got != tc.want {
+				t.Errorf("SameHolders = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -78,3 +78,12 @@ func open(priv, info, sealed []byte) ([]byte, error) {
 	}
 	return pt, nil
 }
+
+// PublicKey returns the public key of an escrow private key.
+func PublicKey(priv []byte) ([]byte, error) {
+	k, err := ecdh.X25519().NewPrivateKey(priv)
+	if err != nil {
+		return nil, fmt.Errorf("escrow private key: %w", err)
+	}
+	return k.PublicKey().Bytes(), nil
+}

@@ -30,6 +30,9 @@ const (
 	OwnerCert = "/borough/pki/owner-cert"
 	// Nodes prefixes each node's NodeRecord, by node name.
 	Nodes = "/borough/nodes/"
+	// EscrowKeys prefixes each node's escrow public key (X25519, 32
+	// bytes), by node name: its peers seal their shares to it.
+	EscrowKeys = "/borough/escrow-keys/"
 )
 
 // NodeRecord is what the cluster keeps of each node, as JSON at Nodes +

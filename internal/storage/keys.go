@@ -26,6 +26,9 @@ type keeper struct {
 	root   string
 	tpm    *tpm.TPM
 	policy keyfile.TPMPolicy
+	// bootPCRs, if set, are the values to seal to instead of the current
+	// ones: this boot's, read before the PCRs were capped.
+	bootPCRs map[uint][]byte
 }
 
 // newKey returns a fresh unlock key from crypto/rand, mixed with the TPM's
@@ -52,7 +55,11 @@ func (k keeper) newKey() ([]byte, error) {
 func (k keeper) store(f esp.File, key []byte) error {
 	var kf keyfile.File
 	if k.tpm != nil {
-		sealed, err := k.tpm.Seal(key, tpm.DefaultPCRs)
+		seal := func() (*tpm.Sealed, error) { return k.tpm.Seal(key, tpm.DefaultPCRs) }
+		if k.bootPCRs != nil {
+			seal = func() (*tpm.Sealed, error) { return k.tpm.SealTo(key, k.bootPCRs) }
+		}
+		sealed, err := seal()
 		if err != nil {
 			return fmt.Errorf("sealing %s: %w", f, err)
 		}
@@ -126,9 +133,26 @@ type ClusterKeys interface {
 }
 
 // Escrow keeps the CUK on the ESP (esp.ClusterKeyEscrow), sealed exactly
-// like the local unlock key. It stands in until the cluster keeps the CUK.
+// like the local unlock key: on a node alone, and on a new member until
+// its peers hold the CUK (internal/clusterkey).
 type Escrow struct {
 	k keeper
+}
+
+// LocalEscrow is the Escrow of a node with TPM t (nil: none) and policy.
+// bootPCRs are this boot's PCR values from before they were capped, which
+// keys stored later are sealed to.
+func LocalEscrow(t *tpm.TPM, policy keyfile.TPMPolicy, bootPCRs map[uint][]byte) Escrow {
+	if policy == keyfile.TPMDisabled {
+		t = nil
+	}
+	return Escrow{k: keeper{root: ESPRoot, tpm: t, policy: policy, bootPCRs: bootPCRs}}
+}
+
+// Put stores cuk again, as when a cluster shrank to one voter and the
+// peers can no longer hold it.
+func (e Escrow) Put(cuk []byte) error {
+	return e.k.store(esp.ClusterKeyEscrow, cuk)
 }
 
 // New implements ClusterKeys.

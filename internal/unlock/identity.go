@@ -39,9 +39,9 @@ type Identity struct {
 	Cert tls.Certificate
 	// CA is the cluster CA.
 	CA *x509.Certificate
-	// CRL, if set, is the cluster's revocation list, its signature
-	// checked by whoever loaded it.
-	CRL *x509.RevocationList
+	// CRL, if set, returns the cluster's revocation list in force, its
+	// signature checked by whoever loaded it, or nil.
+	CRL func() *x509.RevocationList
 }
 
 // verify checks a peer's certificate chain against the CA, whatever the
@@ -70,10 +70,19 @@ func (id Identity) verify(rawCerts [][]byte, want string, usage x509.ExtKeyUsage
 	if want != "" && name != want {
 		return "", fmt.Errorf("certificate names %s, want %s", name, want)
 	}
-	if id.CRL != nil && slices.ContainsFunc(id.CRL.RevokedCertificateEntries, func(e x509.RevocationListEntry) bool {
-		return e.SerialNumber.Cmp(leaf.SerialNumber) == 0
-	}) {
+	if revoked(id.CRL, leaf) {
 		return "", fmt.Errorf("the certificate of %s is revoked", name)
 	}
 	return name, nil
+}
+
+// revoked says whether crl, if set, lists cert.
+func revoked(crl func() *x509.RevocationList, cert *x509.Certificate) bool {
+	if crl == nil {
+		return false
+	}
+	l := crl()
+	return l != nil && slices.ContainsFunc(l.RevokedCertificateEntries, func(e x509.RevocationListEntry) bool {
+		return e.SerialNumber.Cmp(cert.SerialNumber) == 0
+	})
 }

@@ -59,8 +59,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			Certificates: []tls.Certificate{s.Identity.Cert},
 			MinVersion:   tls.VersionTLS13,
 			ClientAuth:   tls.RequireAnyClientCert,
+			// Revocation is checked per request (answer), so that a
+			// removed node is told why rather than failing a handshake.
 			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-				_, err := s.Identity.verify(raw, "", x509.ExtKeyUsageClientAuth)
+				_, err := Identity{CA: s.Identity.CA}.verify(raw, "", x509.ExtKeyUsageClientAuth)
 				return err
 			},
 		},
@@ -99,11 +101,18 @@ func (s *Server) share(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not a share request", http.StatusBadRequest)
 		return
 	}
-	requester := ""
-	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		requester = r.TLS.PeerCertificates[0].Subject.CommonName
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		http.Error(w, "no client certificate", http.StatusForbidden)
+		return
 	}
-	sealed, err := s.answer(requester, &req)
+	cert := r.TLS.PeerCertificates[0]
+	requester := cert.Subject.CommonName
+	var sealed []byte
+	if revoked(s.Identity.CRL, cert) {
+		err = fmt.Errorf("%w: the certificate of %s is revoked: the cluster removed it", errRefused, requester)
+	} else {
+		sealed, err = s.answer(requester, &req)
+	}
 	if err != nil {
 		s.Log.Warn("refused a share request", "requester", requester, "node", req.GetNode(), "err", err)
 		http.Error(w, err.Error(), http.StatusForbidden)

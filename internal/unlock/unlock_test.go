@@ -30,7 +30,8 @@ type node struct {
 }
 
 func (n *node) identity(ca *pki.CA, crl *x509.RevocationList) Identity {
-	return Identity{Cert: tls.Certificate{Certificate: [][]byte{n.cert.Cert.Raw}, PrivateKey: n.cert.Key}, CA: ca.Cert, CRL: crl}
+	return Identity{Cert: tls.Certificate{Certificate: [][]byte{n.cert.Cert.Raw}, PrivateKey: n.cert.Key}, CA: ca.Cert,
+		CRL: func() *x509.RevocationList { return crl }}
 }
 
 // testCluster is a CA and nodes node-00000001 to node-0000000N.
@@ -184,11 +185,11 @@ func TestFetchRefused(t *testing.T) {
 	}{
 		{"requester revoked", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
 			for _, n := range c.nodes[1:] {
-				c.serve(t, n, crl)
+				logs = append(logs, c.serve(t, n, crl))
 			}
 			e, addrs := c.escrowFor(t, a, cuk, 2)
 			return a.identity(c.ca, nil), e, addrs
-		}, ""},
+		}, "the certificate of " + a.name + " is revoked"},
 		{"another node's shares", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
 			for _, n := range c.nodes[1:] {
 				logs = append(logs, c.serve(t, n, nil))

@@ -1,0 +1,268 @@
+package clusterkey
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/escrow"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/internal/unlock"
+)
+
+// Keeper keeps the node's CUK; it is the storage.ClusterKeys of a node.
+type Keeper struct {
+	// ESPRoot is where the ESP is mounted.
+	ESPRoot string
+	// Local keeps the CUK sealed on the ESP.
+	Local  storage.Escrow
+	Sealer *Sealer
+	Log    *slog.Logger
+
+	mu sync.Mutex
+	// cuk is the CUK once storage made or got it: Maintain splits it.
+	cuk []byte
+	// id is the node's TLS identity; escrowKey its escrow private key.
+	id        *unlock.Identity
+	escrowKey []byte
+	crl       atomic.Pointer[x509.RevocationList]
+	// responding says the responder runs.
+	responding bool
+	// bootErr is why Boot found no identity, if it failed to read one.
+	bootErr error
+}
+
+// Boot reads what the node has on its ESP to unlock and to answer its
+// peers, unsealing its keys, and starts the responder if it has both an
+// identity and an escrow key. Call it before the PCRs are capped, and
+// before storage asks for the CUK. The responder runs until ctx ends.
+//
+// A key that does not unseal (this boot is not the one it was sealed to)
+// is logged and left out: the node then neither answers nor asks its
+// peers, and storage, which unseals the local unlock key first, says why.
+func (k *Keeper) Boot(ctx context.Context) {
+	id, err := k.readIdentity()
+	if err != nil {
+		k.Log.Warn("not using the node's unlock identity", "err", err)
+		k.bootErr = err
+	}
+	b, err := os.ReadFile(esp.EscrowKey.In(k.ESPRoot))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		k.Log.Warn("reading the escrow key", "err", err)
+	default:
+		if k.escrowKey, err = k.Sealer.Unseal(b); err != nil {
+			k.Log.Warn("not answering share requests: unsealing the escrow key", "err", err)
+			k.escrowKey = nil
+		}
+	}
+	k.id = id
+	k.startResponder(ctx)
+}
+
+// readIdentity reads the node's identity from the ESP; nil if it has none.
+func (k *Keeper) readIdentity() (*unlock.Identity, error) {
+	certPEM, err := os.ReadFile(esp.UnlockCert.In(k.ESPRoot))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	caPEM, err := os.ReadFile(esp.UnlockCA.In(k.ESPRoot))
+	if err != nil {
+		return nil, err
+	}
+	ca, err := pki.ParseCertPEM(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", esp.UnlockCA, err)
+	}
+	sealed, err := os.ReadFile(esp.UnlockKey.In(k.ESPRoot))
+	if err != nil {
+		return nil, err
+	}
+	raw, err := k.Sealer.Unseal(sealed)
+	if err != nil {
+		return nil, fmt.Errorf("unsealing %s: %w", esp.UnlockKey, err)
+	}
+	key, err := ecdsa.ParseRawPrivateKey(elliptic.P256(), raw)
+	clear(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", esp.UnlockKey, err)
+	}
+	leaf, err := pki.ParseCertPEM(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", esp.UnlockCert, err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}
+	if der, err := os.ReadFile(esp.UnlockCRL.In(k.ESPRoot)); err == nil {
+		if crl, err := pki.ParseCRL(der, ca); err == nil {
+			k.crl.Store(crl)
+		}
+	}
+	return &unlock.Identity{Cert: cert, CA: ca, CRL: k.crl.Load}, nil
+}
+
+// startResponder starts the unlock responder once the node has what it
+// needs, and only once.
+func (k *Keeper) startResponder(ctx context.Context) {
+	if k.responding || k.id == nil || k.escrowKey == nil {
+		return
+	}
+	leaf, err := x509.ParseCertificate(k.id.Cert.Certificate[0])
+	if err != nil {
+		k.Log.Warn("the unlock certificate", "err", err)
+		return
+	}
+	rec, err := readRecord(k.ESPRoot)
+	if err != nil {
+		k.Log.Warn("not answering share requests: no node state record", "err", err)
+		return
+	}
+	s := &unlock.Server{Cluster: rec.Cluster, Node: leaf.Subject.CommonName, EscrowKey: k.escrowKey,
+		Identity: *k.id, Log: k.Log.With("service", "unlock-responder")}
+	k.responding = true
+	go func() {
+		if err := s.Run(ctx); err != nil && ctx.Err() == nil {
+			k.Log.Warn("unlock responder stopped", "err", err)
+		}
+	}()
+	k.Log.Info("answering share requests", "port", unlock.Port)
+}
+
+// New implements storage.ClusterKeys: a new CUK starts sealed on the ESP.
+func (k *Keeper) New() ([]byte, error) {
+	cuk, err := k.Local.New()
+	if err != nil {
+		return nil, err
+	}
+	k.remember(cuk)
+	return cuk, nil
+}
+
+// Get implements storage.ClusterKeys: the CUK sealed on the ESP if it is
+// still there, else from the peers, waiting for them as long as it takes.
+func (k *Keeper) Get() ([]byte, error) {
+	if _, err := os.Stat(esp.ClusterKeyEscrow.In(k.ESPRoot)); err == nil {
+		cuk, err := k.Local.Get()
+		if err == nil {
+			k.remember(cuk)
+		}
+		return cuk, err
+	}
+	e, err := readEscrow(k.ESPRoot)
+	if err != nil {
+		return nil, err
+	}
+	if k.id == nil {
+		if k.bootErr != nil {
+			return nil, fmt.Errorf("the cluster holds this node's unlock key, and the node cannot ask for it: %w", k.bootErr)
+		}
+		return nil, fmt.Errorf("the cluster holds this node's unlock key, but the node's certificate is not on its ESP (%s)", esp.UnlockCert)
+	}
+	addrs, err := peerAddresses(k.ESPRoot)
+	if err != nil {
+		return nil, err
+	}
+	k.Log.Info("asking peers for the cluster unlock key", "needed", e.K, "holders", len(e.Envelopes))
+	cuk, err := unlock.Fetch(context.Background(), k.Log, *k.id, e, addrs)
+	if err != nil {
+		return nil, err
+	}
+	k.remember(cuk)
+	return cuk, nil
+}
+
+func (k *Keeper) remember(cuk []byte) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cuk = slices.Clone(cuk)
+}
+
+// readEscrow reads the escrow on the ESP.
+func readEscrow(root string) (*escrow.Escrow, error) {
+	b, err := os.ReadFile(esp.CUKEscrow.In(root))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no cluster unlock key: neither sealed on the ESP (%s) nor escrowed with the peers (%s)",
+			esp.ClusterKeyEscrow, esp.CUKEscrow)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var e escrow.Escrow
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("%s: %w", esp.CUKEscrow, err)
+	}
+	if e.Version != escrow.Version {
+		return nil, fmt.Errorf("%s has version %d, this node reads %d", esp.CUKEscrow, e.Version, escrow.Version)
+	}
+	return &e, nil
+}
+
+// record is what this package reads of the node state record on the ESP
+// (internal/cluster writes it).
+type record struct {
+	Cluster string `json:"cluster"`
+	Node    string `json:"node"`
+}
+
+func readRecord(root string) (*record, error) {
+	b, err := os.ReadFile(esp.NodeState.In(root))
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	if !pki.ClusterName.MatchString(r.Cluster) || !pki.NodeName.MatchString(r.Node) {
+		return nil, fmt.Errorf("%s names cluster %q and node %q", esp.NodeState, r.Cluster, r.Node)
+	}
+	return &r, nil
+}
+
+// peerAddresses returns the unlock responders of the members in the ESP's
+// member directory (internal/cluster writes it), by node name.
+func peerAddresses(root string) (map[string]string, error) {
+	b, err := os.ReadFile(esp.MemberDirectory.In(root))
+	if err != nil {
+		return nil, fmt.Errorf("reading the member directory: %w", err)
+	}
+	var d struct {
+		Members map[string][]string `json:"members"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("%s: %w", esp.MemberDirectory, err)
+	}
+	return responders(d.Members), nil
+}
+
+// responders turns members' peer URLs into their responders' addresses.
+func responders(members map[string][]string) map[string]string {
+	out := make(map[string]string)
+	for name, urls := range members {
+		for _, u := range urls {
+			if pu, err := url.Parse(u); err == nil && pu.Hostname() != "" {
+				out[name] = net.JoinHostPort(pu.Hostname(), strconv.Itoa(unlock.Port))
+				break
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,316 @@
+package clusterkey
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/escrow"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/unlock"
+)
+
+const (
+	// maintainEvery is how often Maintain looks at the membership.
+	maintainEvery = 10 * time.Second
+	// testUnlockTimeout bounds the test unlock of a new split.
+	testUnlockTimeout = time.Minute
+)
+
+// Member is what Maintain needs of the running member.
+type Member struct {
+	Consensus *consensus.Consensus
+	// PKI are the member's PKI files on the data volume.
+	PKI consensus.Files
+	// Cluster and Node name the member.
+	Cluster, Node string
+}
+
+// Maintain keeps the unlock material on the ESP current, publishes the
+// node's escrow key, and escrows the CUK with the other voters, until ctx
+// ends (see the package doc).
+func (k *Keeper) Maintain(ctx context.Context, m Member) error {
+	for {
+		if err := k.maintain(ctx, m); err != nil && ctx.Err() == nil {
+			k.Log.Warn("keeping the cluster unlock key with the cluster", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(maintainEvery):
+		}
+	}
+}
+
+func (k *Keeper) maintain(ctx context.Context, m Member) error {
+	if err := k.syncIdentity(m.PKI); err != nil {
+		return fmt.Errorf("copying the node's identity to the ESP: %w", err)
+	}
+	pub, err := k.ensureEscrowKey()
+	if err != nil {
+		return err
+	}
+	k.startResponder(ctx)
+	if err := publish(ctx, m.Consensus.Client, m.Node, pub); err != nil {
+		return err
+	}
+	return k.escrow(ctx, m)
+}
+
+// syncIdentity copies the member's certificate, key, CA and CRL to the
+// ESP when they differ from what is there.
+func (k *Keeper) syncIdentity(files consensus.Files) error {
+	certPEM, err := os.ReadFile(files.Cert())
+	if err != nil {
+		return err
+	}
+	if old, err := os.ReadFile(esp.UnlockCert.In(k.ESPRoot)); err != nil || !bytes.Equal(old, certPEM) {
+		keyPEM, err := os.ReadFile(files.Key())
+		if err != nil {
+			return err
+		}
+		key, err := pki.ParseKeyPEM(keyPEM)
+		if err != nil {
+			return err
+		}
+		ec, ok := key.(*ecdsa.PrivateKey)
+		if !ok {
+			return fmt.Errorf("the node key is a %T, not ECDSA", key)
+		}
+		raw, err := ec.Bytes()
+		if err != nil {
+			return err
+		}
+		sealed, err := k.Sealer.Seal(raw)
+		clear(raw)
+		if err != nil {
+			return err
+		}
+		if err := writeESP(k.ESPRoot, esp.UnlockKey, sealed); err != nil {
+			return err
+		}
+		if err := writeESP(k.ESPRoot, esp.UnlockCert, certPEM); err != nil {
+			return err
+		}
+		k.setIdentity(certPEM, ec, files)
+	}
+	for _, f := range []struct {
+		from string
+		to   esp.File
+	}{{files.CA(), esp.UnlockCA}, {files.CRL(), esp.UnlockCRL}} {
+		b, err := os.ReadFile(f.from)
+		if err != nil {
+			return err
+		}
+		if old, err := os.ReadFile(f.to.In(k.ESPRoot)); err == nil && bytes.Equal(old, b) {
+			continue
+		}
+		if err := writeESP(k.ESPRoot, f.to, b); err != nil {
+			return err
+		}
+	}
+	return k.loadCRL(files)
+}
+
+// setIdentity makes the node's identity the certificate in certPEM.
+func (k *Keeper) setIdentity(certPEM []byte, key *ecdsa.PrivateKey, files consensus.Files) {
+	leaf, err := pki.ParseCertPEM(certPEM)
+	if err != nil {
+		return
+	}
+	caPEM, err := os.ReadFile(files.CA())
+	if err != nil {
+		return
+	}
+	ca, err := pki.ParseCertPEM(caPEM)
+	if err != nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.id = &unlock.Identity{Cert: tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}, CA: ca, CRL: k.crl.Load}
+}
+
+// loadCRL puts the member's CRL in force for the responder and fetches.
+func (k *Keeper) loadCRL(files consensus.Files) error {
+	der, err := os.ReadFile(files.CRL())
+	if err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(files.CA())
+	if err != nil {
+		return err
+	}
+	ca, err := pki.ParseCertPEM(caPEM)
+	if err != nil {
+		return err
+	}
+	crl, err := pki.ParseCRL(der, ca)
+	if err != nil {
+		return err
+	}
+	k.crl.Store(crl)
+	return nil
+}
+
+// ensureEscrowKey makes the node's escrow key the first time, sealed on
+// the ESP, and returns its public key.
+func (k *Keeper) ensureEscrowKey() ([]byte, error) {
+	if k.escrowKey == nil {
+		priv, _, err := escrow.NewKey()
+		if err != nil {
+			return nil, err
+		}
+		sealed, err := k.Sealer.Seal(priv)
+		if err != nil {
+			return nil, fmt.Errorf("sealing the escrow key: %w", err)
+		}
+		if err := writeESP(k.ESPRoot, esp.EscrowKey, sealed); err != nil {
+			return nil, err
+		}
+		k.escrowKey = priv
+		k.Log.Info("made the node's escrow key")
+	}
+	return escrow.PublicKey(k.escrowKey)
+}
+
+// publish puts the node's escrow public key in etcd, if it is not there.
+func publish(ctx context.Context, c *clientv3.Client, node string, pub []byte) error {
+	key := keyspace.EscrowKeys + node
+	rsp, err := c.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("reading the published escrow key: %w", err)
+	}
+	if len(rsp.Kvs) == 1 && bytes.Equal(rsp.Kvs[0].Value, pub) {
+		return nil
+	}
+	if _, err := c.Put(ctx, key, string(pub)); err != nil {
+		return fmt.Errorf("publishing the escrow key: %w", err)
+	}
+	return nil
+}
+
+// escrow splits the CUK among the other voters when they are not the
+// holders of the escrow on the ESP, test unlocks, and only then drops the
+// locally sealed CUK. With one voter, it seals the CUK locally again.
+func (k *Keeper) escrow(ctx context.Context, m Member) error {
+	k.mu.Lock()
+	cuk, id := k.cuk, k.id
+	k.mu.Unlock()
+	if cuk == nil || id == nil {
+		return nil
+	}
+	var voters []consensus.Member
+	for _, mb := range m.Consensus.Members() {
+		if !mb.Learner && mb.Name != "" {
+			voters = append(voters, mb)
+		}
+	}
+	current, err := readEscrow(k.ESPRoot)
+	if err != nil {
+		current = nil
+	}
+	threshold := escrow.Threshold(len(voters))
+	if threshold == 0 {
+		return k.keepLocally(cuk, current)
+	}
+	holders, addrs, err := holdersOf(ctx, m, voters)
+	if err != nil || holders == nil {
+		return err
+	}
+	if _, err := os.Stat(esp.ClusterKeyEscrow.In(k.ESPRoot)); current != nil && current.SameHolders(threshold, holders) && errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var epoch uint64 = 1
+	if current != nil {
+		epoch = current.Binding.Epoch + 1
+	}
+	e, err := escrow.Split(cuk, escrow.Binding{Cluster: m.Cluster, Node: m.Node, Epoch: epoch}, threshold, holders)
+	if err != nil {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(ctx, testUnlockTimeout)
+	defer cancel()
+	got, err := unlock.Fetch(tctx, k.Log, *id, e, addrs)
+	if err != nil {
+		return fmt.Errorf("test unlock of a new split among %d peers: %w", len(holders), err)
+	}
+	if !bytes.Equal(got, cuk) {
+		return errors.New("the test unlock gave another key")
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if err := writeESP(k.ESPRoot, esp.CUKEscrow, b); err != nil {
+		return err
+	}
+	if err := os.Remove(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	k.Log.Info("the cluster keeps this node's unlock key", "holders", len(holders), "needed", threshold, "epoch", epoch)
+	return nil
+}
+
+// keepLocally seals the CUK on the ESP again when the peers can no longer
+// hold it, then drops the escrow.
+func (k *Keeper) keepLocally(cuk []byte, current *escrow.Escrow) error {
+	if current == nil {
+		return nil
+	}
+	if err := k.Local.Put(cuk); err != nil {
+		return err
+	}
+	if err := os.Remove(esp.CUKEscrow.In(k.ESPRoot)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	k.Log.Warn("this node is the cluster's only voter: its unlock key is sealed on its own ESP again, and the disk opens alone")
+	return nil
+}
+
+// holdersOf returns the voters other than the node with their published
+// escrow keys, and their responders' addresses; nil while one of them has
+// not published its key yet.
+func holdersOf(ctx context.Context, m Member, voters []consensus.Member) ([]escrow.Holder, map[string]string, error) {
+	var holders []escrow.Holder
+	urls := make(map[string][]string)
+	for _, v := range voters {
+		if v.Name == m.Node {
+			continue
+		}
+		rsp, err := m.Consensus.Client.Get(ctx, keyspace.EscrowKeys+v.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(rsp.Kvs) != 1 {
+			return nil, nil, nil
+		}
+		holders = append(holders, escrow.Holder{Name: v.Name, Key: rsp.Kvs[0].Value})
+		urls[v.Name] = v.PeerURLs
+	}
+	return holders, responders(urls), nil
+}
+
+// writeESP replaces f on the ESP, atomically and durably.
+func writeESP(root string, f esp.File, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(f.In(root)), 0o700); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(f.In(root), b, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", f, err)
+	}
+	return nil
+}
