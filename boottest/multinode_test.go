@@ -355,6 +355,24 @@ func (m *multi) coldRestart(t *testing.T) {
 	m.checkWrites(t, nodes[2], acked, "after the cold restart")
 }
 
+// ownerRecovery checks that n's disk alone holds no usable key, and that
+// the owner opens its volume with the owner key: the recovery keys it
+// gives match the volume's header.
+func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
+	t.Helper()
+	bin := filepath.Join(outDir(t), "bin", "borough")
+	dir := t.TempDir()
+	if out, err := exec.Command(bin, "recovery", "keys", n.Disk(), "--out", dir).CombinedOutput(); err == nil {
+		t.Errorf("recovery keys without the owner key got keys off a disk whose unlock key the cluster holds:\n%s", out)
+	}
+	cli(t, "recovery", "keys", n.Disk(), "--owner-key", filepath.Join(m.config, "owner-key.pem"), "--out", dir)
+	out := cli(t, "recovery", "volume-key", n.Disk(), "--luk", filepath.Join(dir, "luk.key"), "--cuk", filepath.Join(dir, "cuk.key"),
+		"--out", filepath.Join(dir, "volume.key"))
+	if !strings.Contains(out, "cryptsetup open") {
+		t.Errorf("recovery volume-key with the owner's keys printed:\n%s", out)
+	}
+}
+
 // awaitEscrow waits until the cluster keeps n's unlock key: n split it
 // among its peers in this boot, or got it from them.
 func awaitEscrow(t *testing.T, n *multinode.Node) {
@@ -556,6 +574,7 @@ func (m *multi) crashWhileJoining(t *testing.T) {
 					t.Error("the removed node changed its data partition")
 				}
 				n.VM.Kill()
+				m.ownerRecovery(t, n)
 				return
 			}
 			expect(t, n.VM, bootTimeout, "borough: node failed: removed from cluster multi")

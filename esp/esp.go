@@ -70,6 +70,9 @@ const (
 	// CUKEscrow is the node's cluster unlock key, split among its peers
 	// (escrow.Escrow, JSON).
 	CUKEscrow File = Dir + "/unlock/cuk.escrow"
+	// OwnerRecovery is the node's two unlock keys sealed to the cluster
+	// owner's key (escrow.OwnerRecovery, JSON), for borough recovery.
+	OwnerRecovery File = Dir + "/owner-recovery.json"
 )
 
 // Dir is the directory of Borough's own files.

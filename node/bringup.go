@@ -60,10 +60,12 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 	if err != nil {
 		return nil, err
 	}
+	keys.OwnerRecovery = enrol.OwnerRecovery
 	if err := st.MountData(storage.Config{
 		TPM:         t,
 		Policy:      enrol.StoragePolicy,
 		ClusterKeys: keys,
+		LocalKey:    keys.SetLocalKey,
 		Pause:       pauseHook(log, params, "storage"),
 	}); err != nil {
 		return nil, err

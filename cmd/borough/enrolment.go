@@ -25,6 +25,7 @@ func enrolmentCommand() *cobra.Command {
 
 // nodeFlags set what every node's config has: storage and network.
 type nodeFlags struct {
+	noOwnerRecovery   bool
 	from, out, policy string
 	iface, gw4, gw6   string
 	addresses, dns    []string
@@ -40,6 +41,8 @@ func (f *nodeFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.gw4, "gateway4", "", "static network: IPv4 default gateway")
 	c.Flags().StringVar(&f.gw6, "gateway6", "", "static network: IPv6 default gateway")
 	c.Flags().StringSliceVar(&f.dns, "dns", nil, "static network: name server (repeatable)")
+	c.Flags().BoolVar(&f.noOwnerRecovery, "no-owner-recovery", false,
+		"do not seal the node's unlock keys to the cluster owner's key (then nobody can open its disk alone)")
 	c.Flags().StringSliceVar(&f.ntp, "ntp", nil, "NTP server, host or host:port, that sets the node's clock (repeatable; default: those DHCP offers)")
 	c.Flags().StringArrayVar(&f.links, "link", nil, "one of several links: name=IFACE|mac=MAC, then dhcp or address=ADDR/LEN[,gateway4=GW], and advertise on exactly one; e.g. mac=52:54:00:0b:00:01,address=10.77.0.1/24,advertise (repeatable)")
 }
@@ -92,6 +95,9 @@ func (f *nodeFlags) apply(c *enrolmentpb.Config) error {
 			}
 			c.Network.Interfaces = append(c.Network.Interfaces, l)
 		}
+	}
+	if f.noOwnerRecovery {
+		c.NoOwnerRecovery = true
 	}
 	if len(f.ntp) > 0 {
 		if c.Network == nil {

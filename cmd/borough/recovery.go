@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +16,10 @@ import (
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/crypt"
+	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/partition"
+	"github.com/borough-os/borough/internal/pki"
 )
 
 func recoveryCommand() *cobra.Command {
@@ -26,48 +30,101 @@ func recoveryCommand() *cobra.Command {
 behind a 1 MiB header. With both unlock keys, 'recovery volume-key' derives
 the volume key and prints the standard cryptsetup command that opens it.
 'recovery keys' copies the keys off a disk whose node had no TPM (they are
-in clear on its ESP); a TPM-sealed key must be unsealed on its machine.`,
+in clear on its ESP); a TPM-sealed key must be unsealed on its machine.
+With --owner-key, it opens instead the keys the node sealed to its
+cluster owner's key: the disk alone is enough then, whatever became of
+the machine and the cluster.`,
 	}
 	c.AddCommand(recoveryKeysCommand(), recoveryVolumeKeyCommand())
 	return c
 }
 
 func recoveryKeysCommand() *cobra.Command {
-	var outDir string
+	var outDir, ownerKey string
 	c := &cobra.Command{
 		Use:   "keys DISK",
-		Short: "Copy the unlock keys (luk.key, cuk.key) off the ESP of a disk or image of a node without a TPM",
+		Short: "Copy the unlock keys (luk.key, cuk.key) off the ESP of a disk or image: in clear (no TPM) or sealed to the owner",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if ownerKey != "" {
+				return ownerKeys(cmd.OutOrStdout(), args[0], ownerKey, outDir)
+			}
 			return copyKeys(cmd.OutOrStdout(), args[0], outDir)
 		},
 	}
 	c.Flags().StringVar(&outDir, "out", ".", "directory for luk.key and cuk.key")
+	c.Flags().StringVar(&ownerKey, "owner-key", "", "the cluster owner's private key (PEM): open the keys the node sealed to its owner")
 	return c
 }
 
-func copyKeys(stdout io.Writer, disk, outDir string) error {
+// readESPFile reads f from the ESP of disk.
+func readESPFile(disk string, f esp.File) ([]byte, error) {
 	d, err := diskfs.Open(disk, diskfs.WithOpenMode(diskfs.ReadOnly))
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", disk, err)
+		return nil, fmt.Errorf("opening %s: %w", disk, err)
 	}
 	defer d.Close()
 	espIndex, _, err := findPartition(disk, partition.ESPType)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fs, err := d.GetFilesystem(espIndex)
 	if err != nil {
-		return fmt.Errorf("reading the ESP of %s: %w", disk, err)
+		return nil, fmt.Errorf("reading the ESP of %s: %w", disk, err)
 	}
-	for name, f := range map[string]esp.File{"luk.key": esp.SealedLocalKey, "cuk.key": esp.ClusterKeyEscrow} {
-		file, err := fs.OpenFile("/"+string(f), os.O_RDONLY)
-		if err != nil {
-			return fmt.Errorf("reading %s from the ESP: %w", f, err)
+	file, err := fs.OpenFile("/"+string(f), os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s from the ESP: %w", f, err)
+	}
+	b, err := io.ReadAll(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s from the ESP: %w", f, err)
+	}
+	return b, nil
+}
+
+// ownerKeys opens the keys the node on disk sealed to its owner.
+func ownerKeys(stdout io.Writer, disk, ownerKey, outDir string) error {
+	pemKey, err := os.ReadFile(ownerKey)
+	if err != nil {
+		return err
+	}
+	signer, err := pki.ParseKeyPEM(pemKey)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ownerKey, err)
+	}
+	key, ok := signer.(*ecdsa.PrivateKey)
+	if !ok {
+		return fmt.Errorf("%s is a %T key, not the owner's ECDSA key", ownerKey, signer)
+	}
+	b, err := readESPFile(disk, esp.OwnerRecovery)
+	if err != nil {
+		return fmt.Errorf("%w (the node seals its keys for its owner once it runs in a cluster with one)", err)
+	}
+	var r escrow.OwnerRecovery
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", esp.OwnerRecovery, err)
+	}
+	luk, cuk, err := r.Open(key)
+	if err != nil {
+		return err
+	}
+	for name, k := range map[string][]byte{"luk.key": luk, "cuk.key": cuk} {
+		path := filepath.Join(outDir, name)
+		if err := writeSecret(path, k); err != nil {
+			return err
 		}
-		b, err := io.ReadAll(file)
+		fmt.Fprintf(stdout, "wrote %s\n", path)
+	}
+	fmt.Fprintf(stdout, "keys of %s in cluster %s\n", r.Node, r.Cluster)
+	return nil
+}
+
+func copyKeys(stdout io.Writer, disk, outDir string) error {
+	for name, f := range map[string]esp.File{"luk.key": esp.SealedLocalKey, "cuk.key": esp.ClusterKeyEscrow} {
+		b, err := readESPFile(disk, f)
 		if err != nil {
-			return fmt.Errorf("reading %s from the ESP: %w", f, err)
+			return err
 		}
 		key, err := keyfile.ClearKey(b)
 		if errors.Is(err, keyfile.ErrKeySealed) {

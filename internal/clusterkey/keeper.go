@@ -33,10 +33,14 @@ type Keeper struct {
 	Local  storage.Escrow
 	Sealer *Sealer
 	Log    *slog.Logger
+	// OwnerRecovery makes Maintain seal the node's unlock keys to the
+	// cluster owner's key, when there is an owner.
+	OwnerRecovery bool
 
 	mu sync.Mutex
 	// cuk is the CUK once storage made or got it: Maintain splits it.
-	cuk []byte
+	// luk is the local unlock key, for the owner's recovery escrow.
+	cuk, luk []byte
 	// id is the node's TLS identity; escrowKey its escrow private key.
 	id        *unlock.Identity
 	escrowKey []byte
@@ -187,6 +191,14 @@ func (k *Keeper) Get() ([]byte, error) {
 	}
 	k.remember(cuk)
 	return cuk, nil
+}
+
+// SetLocalKey keeps a copy of the local unlock key (storage.Config's
+// LocalKey), which Maintain seals for the owner with the CUK.
+func (k *Keeper) SetLocalKey(luk []byte) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.luk = slices.Clone(luk)
 }
 
 func (k *Keeper) remember(cuk []byte) {

@@ -67,7 +67,52 @@ func (k *Keeper) maintain(ctx context.Context, m Member) error {
 	if err := publish(ctx, m.Consensus.Client, m.Node, pub); err != nil {
 		return err
 	}
+	if err := k.sealForOwner(ctx, m); err != nil {
+		return fmt.Errorf("sealing the node's keys for the owner: %w", err)
+	}
 	return k.escrow(ctx, m)
+}
+
+// sealForOwner writes the node's unlock keys sealed to the cluster
+// owner's key to the ESP, if the cluster has an owner and the ESP does
+// not hold them sealed to that owner yet.
+func (k *Keeper) sealForOwner(ctx context.Context, m Member) error {
+	k.mu.Lock()
+	luk, cuk := k.luk, k.cuk
+	k.mu.Unlock()
+	if !k.OwnerRecovery || luk == nil || cuk == nil {
+		return nil
+	}
+	rsp, err := m.Consensus.Client.Get(ctx, keyspace.OwnerCert)
+	if err != nil || len(rsp.Kvs) == 0 {
+		return err
+	}
+	owner, err := pki.ParseCertPEM(rsp.Kvs[0].Value)
+	if err != nil {
+		return err
+	}
+	fp := pki.Fingerprint(owner)
+	var old escrow.OwnerRecovery
+	if b, err := os.ReadFile(esp.OwnerRecovery.In(k.ESPRoot)); err == nil && json.Unmarshal(b, &old) == nil && old.Owner == fp {
+		return nil
+	}
+	pub, ok := owner.PublicKey.(*ecdsa.PublicKey)
+	if !ok {
+		return fmt.Errorf("the owner's key is a %T, not ECDSA", owner.PublicKey)
+	}
+	r, err := escrow.SealForOwner(pub, fp, m.Cluster, m.Node, luk, cuk)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := writeESP(k.ESPRoot, esp.OwnerRecovery, b); err != nil {
+		return err
+	}
+	k.Log.Info("sealed the node's unlock keys for the owner's recovery", "owner", fp)
+	return nil
 }
 
 // syncIdentity copies the member's certificate, key, CA and CRL to the

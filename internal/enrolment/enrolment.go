@@ -61,6 +61,9 @@ type Enrolment struct {
 	// NTPServers (host or host:port) set the clock; none means those
 	// DHCP offers.
 	NTPServers []string
+	// OwnerRecovery says the node seals its unlock keys to the cluster
+	// owner's key, if the cluster has an owner.
+	OwnerRecovery bool
 }
 
 // Interface configures one link.
@@ -206,7 +209,7 @@ func read(espRoot string) (string, []byte, error) {
 // parse is Parse, with no bytes meaning the default config.
 func parse(b []byte, source string, now time.Time) (*Enrolment, error) {
 	if len(b) == 0 {
-		return &Enrolment{Source: sourceNone, ClusterName: DefaultClusterName}, nil
+		return &Enrolment{Source: sourceNone, ClusterName: DefaultClusterName, OwnerRecovery: true}, nil
 	}
 	return Parse(b, source, now)
 }
@@ -275,6 +278,7 @@ func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
 	if e.NTPServers, err = checkNTP(c.GetNetwork().GetNtpServers()); err != nil {
 		return nil, err
 	}
+	e.OwnerRecovery = !c.GetNoOwnerRecovery()
 	return e, nil
 }
 

@@ -227,7 +227,9 @@ func TestCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), protocmp.Transform()); diff != "" {
+			// TestOwnerRecovery checks OwnerRecovery.
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), protocmp.Transform(),
+				cmpopts.IgnoreFields(Enrolment{}, "OwnerRecovery")); diff != "" {
 				t.Errorf("Check (-want +got):\n%s", diff)
 			}
 		})
@@ -395,5 +397,30 @@ func TestLoad(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOwnerRecovery: a node seals its keys for its owner unless its config
+// says no; a node without a config does.
+func TestOwnerRecovery(t *testing.T) {
+	off := bootstrap("prod", nil)
+	off.NoOwnerRecovery = true
+	for _, tc := range []struct {
+		name   string
+		config *enrolmentpb.Config
+		want   bool
+	}{
+		{"default", bootstrap("prod", nil), true},
+		{"turned off", off, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := Check(tc.config, now)
+			if err != nil || e.OwnerRecovery != tc.want {
+				t.Errorf("Check = %+v, %v; want OwnerRecovery %v", e, err, tc.want)
+			}
+		})
+	}
+	if e, err := parse(nil, "none", now); err != nil || !e.OwnerRecovery {
+		t.Errorf("the default config = %+v, %v; want OwnerRecovery", e, err)
 	}
 }

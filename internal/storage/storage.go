@@ -64,6 +64,9 @@ type Config struct {
 	// Pause, if set, is called after each first-boot step (Step*), for
 	// tests that crash the machine there.
 	Pause func(step string)
+	// LocalKey, if set, is given the local unlock key once MountData
+	// has it (for the owner's recovery escrow); it must copy it.
+	LocalKey func(luk []byte)
 }
 
 // Storage is the node's storage.
@@ -182,6 +185,9 @@ func (s *Storage) create(cfg Config, k keeper, state crypt.State) (err error) {
 	if err := k.store(esp.SealedLocalKey, luk); err != nil {
 		return err
 	}
+	if cfg.LocalKey != nil {
+		cfg.LocalKey(luk)
+	}
 	cuk, err := cfg.ClusterKeys.New()
 	if err != nil {
 		return fmt.Errorf("making cluster unlock key: %w", err)
@@ -237,6 +243,9 @@ func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) (err error)
 		return explainKeyError("local unlock key", err)
 	}
 	defer clear(luk)
+	if cfg.LocalKey != nil {
+		cfg.LocalKey(luk)
+	}
 	cuk, err := cfg.ClusterKeys.Get()
 	if err != nil {
 		return explainKeyError("cluster unlock key", err)
