@@ -375,7 +375,7 @@ func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
 
 // awaitEscrow waits until the cluster keeps n's unlock key: n split it
 // among its peers in this boot, or got it from them.
-func awaitEscrow(t *testing.T, n *multinode.Node) {
+func awaitEscrow(t testing.TB, n *multinode.Node) {
 	t.Helper()
 	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
 		c := n.VM.Console()
