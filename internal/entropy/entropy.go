@@ -57,15 +57,14 @@ type Generator interface {
 }
 
 // Seed credits the kernel's pool from gen (if not nil) and the seed file
-// on the ESP mounted at espRoot, then logs how the pool got ready. It
-// returns a function that writes a fresh seed file; call it once the
-// node can wait for the pool, as it blocks until the pool is ready.
+// on the ESP mounted at espRoot, and logs what it credited and whether
+// the pool was ready before. It credits even a ready pool: more entropy
+// never hurts, and every boot replaces its seed file the same way. It
+// returns a function that writes a fresh seed file; call it once the node
+// can wait for the pool, as it blocks until the pool is ready.
 func Seed(log *slog.Logger, espRoot string, gen Generator) (refresh func()) {
 	path := esp.RandomSeed.In(espRoot)
-	if Ready() {
-		log.Info("random pool ready at start (CPU or firmware RNG, or an RNG device)")
-		return func() { writeFresh(log, path) }
-	}
+	before := Ready()
 	var credited []string
 	if gen != nil {
 		if err := creditGenerator(gen); err != nil {
@@ -81,7 +80,7 @@ func Seed(log *slog.Logger, espRoot string, gen Generator) (refresh func()) {
 		credited = append(credited, "seed file")
 	}
 	if Ready() {
-		log.Info("random pool ready", "credited", strings.Join(credited, ","))
+		log.Info("random pool seeded", "credited", strings.Join(credited, ","), "ready_before", before)
 	} else {
 		log.Warn("random pool NOT ready: no CPU or firmware RNG, no RNG device, no TPM and no seed file; " +
 			"the kernel collects entropy from timing until it is, which can take minutes")
