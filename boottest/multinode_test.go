@@ -361,14 +361,15 @@ func (m *multi) coldRestart(t *testing.T) {
 func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
 	t.Helper()
 	bin := filepath.Join(outDir(t), "bin", "borough")
-	dir := t.TempDir()
-	if out, err := exec.Command(bin, "recovery", "keys", n.Disk(), "--out", dir).CombinedOutput(); err == nil {
-		t.Errorf("recovery keys without the owner key got keys off a disk whose unlock key the cluster holds:\n%s", out)
+	out, err := exec.Command(bin, "recovery", "keys", n.Disk(), "--out", t.TempDir()).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "its owner opens the disk with --owner-key") {
+		t.Errorf("recovery keys without the owner key, on a disk whose unlock key the cluster holds: %v\n%s", err, out)
 	}
+	dir := t.TempDir()
 	cli(t, "recovery", "keys", n.Disk(), "--owner-key", filepath.Join(m.config, "owner-key.pem"), "--out", dir)
-	out := cli(t, "recovery", "volume-key", n.Disk(), "--luk", filepath.Join(dir, "luk.key"), "--cuk", filepath.Join(dir, "cuk.key"),
-		"--out", filepath.Join(dir, "volume.key"))
-	if !strings.Contains(out, "cryptsetup open") {
+	out = []byte(cli(t, "recovery", "volume-key", n.Disk(), "--luk", filepath.Join(dir, "luk.key"), "--cuk", filepath.Join(dir, "cuk.key"),
+		"--out", filepath.Join(dir, "volume.key")))
+	if !strings.Contains(string(out), "cryptsetup open") {
 		t.Errorf("recovery volume-key with the owner's keys printed:\n%s", out)
 	}
 }

@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	diskfs "github.com/diskfs/go-diskfs"
@@ -72,6 +76,13 @@ func readESPFile(disk string, f esp.File) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the ESP of %s: %w", disk, err)
 	}
+	entries, err := fs.ReadDir(path.Dir(string(f)))
+	if err == nil && !slices.ContainsFunc(entries, func(e iofs.DirEntry) bool { return e.Name() == path.Base(string(f)) }) {
+		err = iofs.ErrNotExist
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s is not on the ESP: %w", f, err)
+	}
 	file, err := fs.OpenFile("/"+string(f), os.O_RDONLY)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s from the ESP: %w", f, err)
@@ -109,20 +120,20 @@ func ownerKeys(stdout io.Writer, disk, ownerKey, outDir string) error {
 	if err != nil {
 		return err
 	}
-	for name, k := range map[string][]byte{"luk.key": luk, "cuk.key": cuk} {
-		path := filepath.Join(outDir, name)
-		if err := writeSecret(path, k); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s\n", path)
+	if err := writeKeys(stdout, outDir, map[string][]byte{"luk.key": luk, "cuk.key": cuk}); err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "keys of %s in cluster %s\n", r.Node, r.Cluster)
 	return nil
 }
 
 func copyKeys(stdout io.Writer, disk, outDir string) error {
+	keys := make(map[string][]byte)
 	for name, f := range map[string]esp.File{"luk.key": esp.SealedLocalKey, "cuk.key": esp.ClusterKeyEscrow} {
 		b, err := readESPFile(disk, f)
+		if errors.Is(err, iofs.ErrNotExist) && f == esp.ClusterKeyEscrow {
+			return fmt.Errorf("%w: the cluster keeps this node's cluster unlock key; its owner opens the disk with --owner-key", err)
+		}
 		if err != nil {
 			return err
 		}
@@ -133,8 +144,17 @@ func copyKeys(stdout io.Writer, disk, outDir string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
+		keys[name] = key
+	}
+	// Both keys or none: one alone opens nothing.
+	return writeKeys(stdout, outDir, keys)
+}
+
+// writeKeys writes each key to its name in outDir.
+func writeKeys(stdout io.Writer, outDir string, keys map[string][]byte) error {
+	for _, name := range slices.Sorted(maps.Keys(keys)) {
 		path := filepath.Join(outDir, name)
-		if err := writeSecret(path, key); err != nil {
+		if err := writeSecret(path, keys[name]); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %s\n", path)
