@@ -35,7 +35,7 @@ func TestMultiNode(t *testing.T) {
 	config := owner(t)
 	ctx := context.Background()
 	c, err := multinode.Launch(ctx, multinode.Options{
-		Nodes: 3, Image: nodeImage(t), StateDir: t.TempDir(), Cluster: "multi",
+		Nodes: 3, Image: nodeImage(t), StateDir: t.TempDir(), Cluster: "multi", TPM: true,
 		OwnerCert: filepath.Join(config, "owner.pem"), OwnerKey: filepath.Join(config, "owner-key.pem"),
 		Logf: t.Logf,
 	})

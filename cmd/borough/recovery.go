@@ -129,7 +129,12 @@ func ownerKeys(stdout io.Writer, disk, ownerKey, outDir string) error {
 
 func copyKeys(stdout io.Writer, disk, outDir string) error {
 	keys := make(map[string][]byte)
-	for name, f := range map[string]esp.File{"luk.key": esp.SealedLocalKey, "cuk.key": esp.ClusterKeyEscrow} {
+	// The CUK first: if the cluster keeps it, that is what to say.
+	for _, k := range []struct {
+		name string
+		f    esp.File
+	}{{"cuk.key", esp.ClusterKeyEscrow}, {"luk.key", esp.SealedLocalKey}} {
+		name, f := k.name, k.f
 		b, err := readESPFile(disk, f)
 		if errors.Is(err, iofs.ErrNotExist) && f == esp.ClusterKeyEscrow {
 			return fmt.Errorf("%w: the cluster keeps this node's cluster unlock key; its owner opens the disk with --owner-key", err)
