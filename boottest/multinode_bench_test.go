@@ -90,7 +90,7 @@ func BenchmarkMultiNode(b *testing.B) {
 // restarted boots n again, after a power cut, and returns its QEMU start
 // to node running: it gets its unlock key from its running peers.
 func restarted(b *testing.B, c *multinode.Cluster, n *multinode.Node) time.Duration {
-	if err := c.Start(context.Background(), n, filepath.Join(filepath.Dir(n.Disk()), "enrolment.pb")); err != nil {
+	if err := c.Restart(context.Background(), n); err != nil {
 		b.Fatal(err)
 	}
 	if err := c.WaitRunning(n); err != nil {
@@ -110,7 +110,7 @@ func coldRestart(b *testing.B, c *multinode.Cluster) time.Duration {
 		n.VM.Kill()
 	}
 	for _, n := range c.Nodes {
-		if err := c.Start(context.Background(), n, filepath.Join(filepath.Dir(n.Disk()), "enrolment.pb")); err != nil {
+		if err := c.Restart(context.Background(), n); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -279,7 +279,7 @@ func (m *multi) powerCut(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("writes resumed: %d acknowledged", w.count())
-	if err := m.c.Start(context.Background(), leader, filepath.Join(filepath.Dir(leader.Disk()), "enrolment.pb")); err != nil {
+	if err := m.c.Restart(context.Background(), leader); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, leader.VM, bootTimeout, "borough: state New -> Restarting")
@@ -332,7 +332,7 @@ func (m *multi) coldRestart(t *testing.T) {
 	t.Logf("pulled the plug of all three nodes after %d acknowledged writes", len(acked))
 	start := func(n *multinode.Node) {
 		t.Helper()
-		if err := m.c.Start(context.Background(), n, filepath.Join(filepath.Dir(n.Disk()), "enrolment.pb")); err != nil {
+		if err := m.c.Restart(context.Background(), n); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@
 package atomicfile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +21,15 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// Update is Write, unless path already holds data: a file rewritten only
+// when it changes is not put at risk by a power cut on every boot.
+func Update(path string, data []byte, perm os.FileMode) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	return Write(path, data, perm)
+}
 
 // Write replaces path with data, durably, creating path's directory
 // (mode 0700) if needed. A new file gets mode perm. Errors name the file

@@ -23,9 +23,10 @@ import (
 	"github.com/borough-os/borough/internal/partition"
 )
 
-// loaderDevicePartUUID is set by systemd's stub (and systemd-boot) to the
-// GPT partition GUID of the ESP the firmware loaded it from.
-const loaderDevicePartUUID = "LoaderDevicePartUUID-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
+// loaderVendor is the vendor GUID of the EFI variable LoaderDevicePartUUID,
+// which systemd's stub (and systemd-boot) sets to the GPT partition GUID
+// of the ESP the firmware loaded it from.
+const loaderVendor = "4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
 
 // Disk is the boot disk and its two Borough partitions.
 type Disk struct {
@@ -54,12 +55,11 @@ const (
 // bootESP returns the partition GUID of the ESP the machine booted from,
 // or "" when the firmware or boot loader did not say.
 func bootESP(efivars string) string {
-	b, err := os.ReadFile(filepath.Join(efivars, loaderDevicePartUUID))
-	if err != nil || len(b) < 4 {
+	_, b, err := efivar.Read(efivars, "LoaderDevicePartUUID", loaderVendor)
+	if err != nil {
 		return ""
 	}
-	// 4 bytes of attributes, then a NUL-terminated UTF-16LE string.
-	b = b[4:]
+	// A NUL-terminated UTF-16LE string.
 	u := make([]uint16, 0, len(b)/2)
 	for i := 0; i+1 < len(b); i += 2 {
 		c := uint16(b[i]) | uint16(b[i+1])<<8

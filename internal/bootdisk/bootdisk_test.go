@@ -100,6 +100,9 @@ func zeroImage(t *testing.T, dir, name string) testImage {
 	return testImage{path: path, size: 1 << 20}
 }
 
+// loaderDevicePartUUID is the efivarfs file of LoaderDevicePartUUID.
+const loaderDevicePartUUID = "LoaderDevicePartUUID-" + loaderVendor
+
 // fakeDisk is a disk in a fake sysfs and /dev.
 type fakeDisk struct {
 	name string

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,10 +94,7 @@ func writeRecord(path string, r *Record) error {
 	if err != nil {
 		return err
 	}
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
-		return nil
-	}
-	if err := atomicfile.Write(path, b, 0o600); err != nil {
+	if err := atomicfile.Update(path, b, 0o600); err != nil {
 		return fmt.Errorf("writing node state record: %w", err)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -160,9 +159,6 @@ func (k *Keeper) syncIdentity(files consensus.Files) error {
 		if err != nil {
 			return err
 		}
-		if old, err := os.ReadFile(f.to.In(k.ESPRoot)); err == nil && bytes.Equal(old, b) {
-			continue
-		}
 		if err := writeESP(k.ESPRoot, f.to, b); err != nil {
 			return err
 		}
@@ -289,7 +285,7 @@ func (k *Keeper) escrow(ctx context.Context, m Member) error {
 	}
 	tctx, cancel := context.WithTimeout(ctx, testUnlockTimeout)
 	defer cancel()
-	got, err := unlock.Fetch(tctx, k.Log, *id, e, addrs)
+	got, err := unlock.Fetch(tctx, k.Log.With("during", "test unlock of a new split"), *id, e, addrs)
 	if err != nil {
 		return fmt.Errorf("test unlock of a new split among %d peers: %w", len(holders), err)
 	}
@@ -349,12 +345,9 @@ func holdersOf(ctx context.Context, m Member, voters []consensus.Member) ([]escr
 	return holders, responders(urls), nil
 }
 
-// writeESP replaces f on the ESP, atomically and durably.
+// writeESP replaces f on the ESP, atomically and durably, if it changed.
 func writeESP(root string, f esp.File, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(f.In(root)), 0o700); err != nil {
-		return err
-	}
-	if err := atomicfile.Write(f.In(root), b, 0o600); err != nil {
+	if err := atomicfile.Update(f.In(root), b, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", f, err)
 	}
 	return nil

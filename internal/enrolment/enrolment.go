@@ -216,10 +216,7 @@ func parse(b []byte, source string, now time.Time) (*Enrolment, error) {
 
 // writeApplied records b as the applied config, if it is not already.
 func writeApplied(path string, b []byte) error {
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
-		return nil
-	}
-	if err := atomicfile.Write(path, b, 0o600); err != nil {
+	if err := atomicfile.Update(path, b, 0o600); err != nil {
 		return fmt.Errorf("recording the applied enrolment config: %w", err)
 	}
 	return nil

@@ -396,6 +396,12 @@ func (c *Cluster) Start(ctx context.Context, n *Node, cfg string) error {
 	return nil
 }
 
+// Restart boots n's VM again with the enrolment config it was last
+// started with, without waiting.
+func (c *Cluster) Restart(ctx context.Context, n *Node) error {
+	return c.Start(ctx, n, n.opts.FwCfg)
+}
+
 // WaitRunning waits until n says `node running` and learns its name.
 func (c *Cluster) WaitRunning(n *Node) error {
 	line, at, err := n.VM.WaitLine(Running, RunTimeout)
