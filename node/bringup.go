@@ -136,7 +136,7 @@ func clusterKeys(ctx context.Context, log *slog.Logger, t *tpm.TPM, policy keyfi
 	}
 	keys := &clusterkey.Keeper{
 		ESPRoot: storage.ESPRoot,
-		Local:   storage.LocalEscrow(t, policy, pcrs),
+		Local:   storage.LocalEscrow(storage.ESPRoot, t, policy, pcrs),
 		Sealer:  &clusterkey.Sealer{TPM: t, BootPCRs: pcrs},
 		Log:     log.With(console.ServiceKey, "unlock"),
 	}

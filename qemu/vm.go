@@ -122,13 +122,31 @@ func (vm *VM) Since() time.Duration { return time.Since(vm.started) }
 // Console returns everything the serial console has printed so far.
 func (vm *VM) Console() string { return vm.console.String() }
 
-// Tail returns the last n lines of the serial console.
+// Tail returns the last n lines of the serial console. If the console
+// shows a Go panic before those lines, the lines around its message come
+// first: a panic's goroutine dump alone fills a tail, and without its
+// message a failure in CI cannot be read.
 func (vm *VM) Tail(n int) string {
-	lines := strings.Split(strings.TrimRight(vm.console.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	return tail(vm.console.String(), n)
+}
+
+// panicContext is how many lines before and after a panic's message Tail
+// shows.
+const panicContext = 4
+
+func tail(console string, n int) string {
+	lines := strings.Split(strings.TrimRight(console, "\n"), "\n")
+	start := max(len(lines)-n, 0)
+	var b strings.Builder
+	for i, l := range lines[:start] {
+		if strings.Contains(l, "panic: ") {
+			from, to := max(i-panicContext, 0), min(i+panicContext+1, start)
+			fmt.Fprintf(&b, "[console lines %d-%d, around a panic]\n%s\n[...]\n", from+1, to, strings.Join(lines[from:to], "\n"))
+			break
+		}
 	}
-	return strings.Join(lines, "\n")
+	b.WriteString(strings.Join(lines[start:], "\n"))
+	return b.String()
 }
 
 // WaitFor waits up to timeout for s to appear on the console after the

@@ -245,41 +245,60 @@ func publish(ctx context.Context, c *clientv3.Client, node string, pub []byte) e
 }
 
 // escrow splits the CUK among the other voters when they are not the
-// holders of the escrow on the ESP, test unlocks, and only then drops the
-// locally sealed CUK. With one voter, it seals the CUK locally again.
+// holders of the escrow on the ESP (reconcile), once every one of them
+// has published its escrow key.
 func (k *Keeper) escrow(ctx context.Context, m Member) error {
-	k.mu.Lock()
-	cuk, id := k.cuk, k.id
-	k.mu.Unlock()
-	if cuk == nil || id == nil {
-		return nil
-	}
 	var voters []consensus.Member
 	for _, mb := range m.Consensus.Members() {
 		if !mb.Learner && mb.Name != "" {
 			voters = append(voters, mb)
 		}
 	}
+	threshold := escrow.Threshold(len(voters))
+	var holders []escrow.Holder
+	var addrs map[string]string
+	if threshold > 0 {
+		var err error
+		if holders, addrs, err = holdersOf(ctx, m, voters); err != nil || holders == nil {
+			return err
+		}
+	}
+	return k.reconcile(ctx, escrow.Binding{Cluster: m.Cluster, Node: m.Node}, threshold, holders, addrs)
+}
+
+// reconcile makes the ESP's escrow one of the CUK among holders, k =
+// threshold of them needed (binding's epoch is chosen here): it splits
+// anew, test unlocks through the holders' responders at addrs, and only
+// then replaces the escrow on the ESP and drops the locally sealed CUK.
+// With threshold 0 (one voter), it seals the CUK locally again.
+//
+// A crash or failure at any step leaves a key the node can get: the old
+// escrow, whose holders still answer for it, until the new one has
+// given the key back; the locally sealed CUK until an escrow has.
+func (k *Keeper) reconcile(ctx context.Context, b escrow.Binding, threshold int, holders []escrow.Holder, addrs map[string]string) error {
+	k.mu.Lock()
+	cuk, id := k.cuk, k.id
+	k.mu.Unlock()
+	if cuk == nil || id == nil {
+		return nil
+	}
 	current, err := readEscrow(k.ESPRoot)
 	if err != nil {
 		current = nil
 	}
-	threshold := escrow.Threshold(len(voters))
 	if threshold == 0 {
 		return k.keepLocally(cuk, current)
 	}
-	holders, addrs, err := holdersOf(ctx, m, voters)
-	if err != nil || holders == nil {
-		return err
-	}
-	if _, err := os.Stat(esp.ClusterKeyEscrow.In(k.ESPRoot)); current != nil && current.SameHolders(threshold, holders) && errors.Is(err, os.ErrNotExist) {
+	_, err = os.Stat(esp.ClusterKeyEscrow.In(k.ESPRoot))
+	sealedLocally := !errors.Is(err, os.ErrNotExist)
+	if current != nil && current.SameHolders(threshold, holders) && !sealedLocally {
 		return nil
 	}
-	var epoch uint64 = 1
+	b.Epoch = 1
 	if current != nil {
-		epoch = current.Binding.Epoch + 1
+		b.Epoch = current.Binding.Epoch + 1
 	}
-	e, err := escrow.Split(cuk, escrow.Binding{Cluster: m.Cluster, Node: m.Node, Epoch: epoch}, threshold, holders)
+	e, err := escrow.Split(cuk, b, threshold, holders)
 	if err != nil {
 		return err
 	}
@@ -292,17 +311,17 @@ func (k *Keeper) escrow(ctx context.Context, m Member) error {
 	if !bytes.Equal(got, cuk) {
 		return errors.New("the test unlock gave another key")
 	}
-	b, err := json.Marshal(e)
+	j, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	if err := writeESP(k.ESPRoot, esp.CUKEscrow, b); err != nil {
+	if err := writeESP(k.ESPRoot, esp.CUKEscrow, j); err != nil {
 		return err
 	}
 	if err := os.Remove(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	k.Log.Info("the cluster keeps this node's unlock key", "holders", len(holders), "needed", threshold, "epoch", epoch)
+	k.Log.Info("the cluster keeps this node's unlock key", "holders", len(holders), "needed", threshold, "epoch", b.Epoch)
 	return nil
 }
 

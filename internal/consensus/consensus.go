@@ -261,8 +261,13 @@ func (c *Consensus) Removed() bool {
 	return c.etcd.Server.IsIDRemoved(c.MemberID())
 }
 
-// IsLearner says whether this member is a learner.
-func (c *Consensus) IsLearner() bool { return c.etcd.Server.IsLearner() }
+// IsLearner says whether this member is a learner. A member the cluster
+// removed is none (etcd's own IsLearner panics for it, and a removal can
+// come at any time).
+func (c *Consensus) IsLearner() bool {
+	m := c.etcd.Server.Cluster().Member(c.etcd.Server.MemberID())
+	return m != nil && m.IsLearner
+}
 
 // Members returns the cluster's members as this member knows them; it
 // works on a learner, which etcd's client API does not serve.

@@ -139,14 +139,14 @@ type Escrow struct {
 	k keeper
 }
 
-// LocalEscrow is the Escrow of a node with TPM t (nil: none) and policy.
-// bootPCRs are this boot's PCR values from before they were capped, which
-// keys stored later are sealed to.
-func LocalEscrow(t *tpm.TPM, policy keyfile.TPMPolicy, bootPCRs map[uint][]byte) Escrow {
+// LocalEscrow is the Escrow on the ESP mounted at espRoot of a node with
+// TPM t (nil: none) and policy. bootPCRs are this boot's PCR values from
+// before they were capped, which keys stored later are sealed to.
+func LocalEscrow(espRoot string, t *tpm.TPM, policy keyfile.TPMPolicy, bootPCRs map[uint][]byte) Escrow {
 	if policy == keyfile.TPMDisabled {
 		t = nil
 	}
-	return Escrow{k: keeper{root: ESPRoot, tpm: t, policy: policy, bootPCRs: bootPCRs}}
+	return Escrow{k: keeper{root: espRoot, tpm: t, policy: policy, bootPCRs: bootPCRs}}
 }
 
 // Put stores cuk again, as when a cluster shrank to one voter and the
