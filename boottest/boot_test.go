@@ -16,14 +16,14 @@ import (
 // must find.
 func TestBoot(t *testing.T) {
 	for _, tc := range []struct {
-		disk   qemu.Disk
-		device string
-		reboot bool
-		tpm    bool
+		disk           qemu.Disk
+		device, driver string
+		reboot         bool
+		tpm            bool
 	}{
-		{disk: qemu.DiskVirtio, device: "vda", reboot: true},
-		{disk: qemu.DiskNVMe, device: "nvme0n1"},
-		{disk: qemu.DiskAHCI, device: "sda", tpm: true},
+		{disk: qemu.DiskVirtio, device: "vda", driver: "virtio_blk", reboot: true},
+		{disk: qemu.DiskNVMe, device: "nvme0n1", driver: "nvme"},
+		{disk: qemu.DiskAHCI, device: "sda", driver: "ahci", tpm: true},
 	} {
 		t.Run(string(tc.disk), func(t *testing.T) {
 			t.Parallel()
@@ -33,7 +33,7 @@ func TestBoot(t *testing.T) {
 				expect(t, vm, bootTimeout, "tpm_tis MSFT0101:00: 2.0 TPM")
 			}
 			expect(t, vm, bootTimeout, "borough: init started")
-			expect(t, vm, stepTimeout, "borough: disk name="+tc.device+" size=1.0GiB",
+			expect(t, vm, stepTimeout, "borough: disk name="+tc.device+" driver="+tc.driver+" size=1.0GiB",
 				"borough: power: watching power button")
 			expect(t, vm, stepTimeout, "borough: orphan-test: orphan reaped pid=")
 			if tc.reboot {

@@ -12,6 +12,7 @@ import (
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/hardware"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/network"
 	"github.com/borough-os/borough/internal/pki"
@@ -26,7 +27,7 @@ import (
 // node's services. A bad enrolment config, network or ticket puts the
 // node in Failed before the data partition is touched: it then runs no
 // node services. An error is fatal.
-func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tpm.TPM) ([]supervisor.Service, error) {
+func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tpm.TPM, hw hardware.Report) ([]supervisor.Service, error) {
 	mgr := cluster.New(log)
 	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {
@@ -37,7 +38,7 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 	ctx := context.Background()
 	net, err := network.Up(ctx, log.With(console.ServiceKey, "network"), enrol.Interfaces)
 	if err != nil {
-		mgr.Fail(fmt.Errorf("bringing up the network: %w", err))
+		mgr.Fail(fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw)))
 		return nil, nil
 	}
 	ntpServers := enrol.NTPServers
@@ -85,6 +86,16 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 		}},
 		{Name: "cluster", Run: mgr.Run},
 	}, nil
+}
+
+// withoutDrivers adds the network controllers without a driver to a
+// network that found no link: most likely the reason.
+func withoutDrivers(err error, hw hardware.Report) error {
+	unbound := hw.UnboundNetwork()
+	if !errors.Is(err, network.ErrNoLink) || len(unbound) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; this kernel has no driver for the network controllers %s", err, hardware.Describe(unbound))
 }
 
 func logEnrolment(log *slog.Logger, e *enrolment.Enrolment) {

@@ -22,11 +22,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/borough-os/borough/internal/blockdev"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/entropy"
+	"github.com/borough-os/borough/internal/hardware"
 	"github.com/borough-os/borough/internal/pid1"
 	"github.com/borough-os/borough/internal/secureboot"
 	"github.com/borough-os/borough/internal/storage"
@@ -66,7 +66,7 @@ func node() int {
 	addTestParams(log, params)
 	log.Info("node process started")
 	logSecureBoot(log)
-	logDisks(log)
+	hw := reportHardware(log)
 	st, err := storage.Open(log.With(console.ServiceKey, "storage"))
 	if err != nil {
 		return fatal(log, err)
@@ -85,7 +85,7 @@ func node() int {
 	}
 	refreshSeed := entropy.Seed(log.With(console.ServiceKey, "entropy"), storage.ESPRoot, generator(t))
 	go refreshSeed()
-	services, err := bringUp(log, params, st, t)
+	services, err := bringUp(log, params, st, t, hw)
 	if err := errors.Join(err, capPCRs(log, t)); err != nil {
 		return fatal(log, err)
 	}
@@ -131,18 +131,18 @@ func logSecureBoot(log *slog.Logger) {
 	}
 }
 
-func logDisks(log *slog.Logger) {
-	disks, err := blockdev.List("/sys")
+// reportHardware logs the machine's NICs and disks with their drivers,
+// and the network and storage controllers no driver took.
+func reportHardware(log *slog.Logger) hardware.Report {
+	r, err := hardware.Scan("/sys")
 	if err != nil {
-		log.Warn("listing disks", "err", err)
-		return
+		log.Warn("reading the hardware report", "err", err)
 	}
-	if len(disks) == 0 {
+	r.Log(log)
+	if len(r.Disks) == 0 {
 		log.Warn("no disks found")
 	}
-	for _, d := range disks {
-		log.Info("disk", "name", d.Name, "size", fmt.Sprintf("%.1fGiB", float64(d.Size)/(1<<30)))
-	}
+	return r
 }
 
 // run supervises the node's services (with the power button and test

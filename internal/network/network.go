@@ -147,6 +147,9 @@ func describe(ifc enrolment.Interface) string {
 	return ""
 }
 
+// ErrNoLink says the machine has no network link an interface matches.
+var ErrNoLink = errors.New("no network link")
+
 // findLink brings up the links ifc matches and returns the first with a
 // carrier.
 func findLink(ctx context.Context, ifc enrolment.Interface) (netlink.Link, error) {
@@ -167,9 +170,9 @@ func findLink(ctx context.Context, ifc enrolment.Interface) (netlink.Link, error
 	}
 	if len(candidates) == 0 {
 		if d := describe(ifc); d != "" {
-			return nil, fmt.Errorf("no network link %s", d)
+			return nil, fmt.Errorf("%w %s", ErrNoLink, d)
 		}
-		return nil, errors.New("no network link")
+		return nil, ErrNoLink
 	}
 	ctx, cancel := context.WithTimeout(ctx, carrierTimeout)
 	defer cancel()

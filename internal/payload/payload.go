@@ -24,18 +24,9 @@ const (
 
 // Unpack extracts a compressed cpio archive into root.
 func Unpack(compressed []byte, root string) error {
-	dec, err := zstd.NewReader(bytes.NewReader(compressed))
+	records, err := Records(compressed)
 	if err != nil {
 		return err
-	}
-	defer dec.Close()
-	raw, err := io.ReadAll(dec)
-	if err != nil {
-		return fmt.Errorf("decompressing payload: %w", err)
-	}
-	records, err := cpio.ReadAllRecords(cpio.Newc.Reader(bytes.NewReader(raw)))
-	if err != nil {
-		return fmt.Errorf("reading payload: %w", err)
 	}
 	for _, r := range records {
 		if err := cpio.CreateFileInRoot(r, root, false); err != nil {
@@ -43,4 +34,22 @@ func Unpack(compressed []byte, root string) error {
 		}
 	}
 	return nil
+}
+
+// Records reads the records of a compressed cpio archive.
+func Records(compressed []byte) ([]cpio.Record, error) {
+	dec, err := zstd.NewReader(bytes.NewReader(compressed))
+	if err != nil {
+		return nil, err
+	}
+	defer dec.Close()
+	raw, err := io.ReadAll(dec)
+	if err != nil {
+		return nil, fmt.Errorf("decompressing payload: %w", err)
+	}
+	records, err := cpio.ReadAllRecords(cpio.Newc.Reader(bytes.NewReader(raw)))
+	if err != nil {
+		return nil, fmt.Errorf("reading payload: %w", err)
+	}
+	return records, nil
 }

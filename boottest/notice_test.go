@@ -1,0 +1,98 @@
+//go:build boot
+
+package boottest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/u-root/mkuimage/cpio"
+
+	"github.com/borough-os/borough/internal/payload"
+)
+
+// TestNotice checks that NOTICE names everything the release image ships
+// that Borough did not write: every file of the node payload and the
+// initramfs but Borough's own programs, the boot binary's kernel and
+// stub, and every Go module compiled into the node and init.
+func TestNotice(t *testing.T) {
+	b, err := os.ReadFile("../NOTICE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notice := string(b)
+	ours := map[string]bool{"bin/node": true, "init": true, "etc/borough/node-payload.sha256": true}
+	for _, archive := range []string{"node.cpio.zst", "initramfs.cpio.zst"} {
+		for _, name := range shippedFiles(t, filepath.Join(outDir(t), archive)) {
+			if !ours[name] && !strings.Contains(notice, noticeName(name)) {
+				t.Errorf("NOTICE does not name %s, which %s ships", noticeName(name), archive)
+			}
+		}
+	}
+	for _, part := range []string{"Linux kernel (section .linux)", "linuxx64.efi.stub"} {
+		if !strings.Contains(notice, part) {
+			t.Errorf("NOTICE does not name the boot binary's %s", part)
+		}
+	}
+	for _, bin := range []string{"node", "init"} {
+		for _, mod := range goModules(t, filepath.Join(outDir(t), bin)) {
+			if !strings.Contains(notice, "- "+mod+":") {
+				t.Errorf("NOTICE does not name the Go module %s, compiled into %s", mod, bin)
+			}
+		}
+	}
+}
+
+// versioned is a shared library's name past its soname.
+var versioned = regexp.MustCompile(`(\.so\.\d+)(\.\d+)+$`)
+
+// noticeName is how NOTICE names a file: by path, shared libraries by
+// their soname (with "and its versioned name").
+func noticeName(name string) string {
+	return versioned.ReplaceAllString(name, "$1")
+}
+
+// shippedFiles lists the regular files and symlinks of a zstd cpio archive.
+func shippedFiles(t *testing.T, path string) []string {
+	t.Helper()
+	records, err := payload.Records(read(t, path))
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
+	}
+	var names []string
+	for _, r := range records {
+		switch r.Mode & cpio.S_IFMT {
+		case cpio.S_IFREG, cpio.S_IFLNK:
+			names = append(names, strings.TrimPrefix(r.Name, "/"))
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("%s holds no files", path)
+	}
+	return names
+}
+
+// goModules lists the modules (path and version) a Go binary was built
+// from.
+func goModules(t *testing.T, bin string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatalf("go version -m %s: %v", bin, err)
+	}
+	var mods []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "dep" {
+			mods = append(mods, f[1]+" "+f[2])
+		}
+	}
+	if len(mods) == 0 {
+		t.Fatalf("go version -m %s lists no modules", bin)
+	}
+	return mods
+}
