@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -357,7 +358,8 @@ func (m *multi) coldRestart(t *testing.T) {
 
 // ownerRecovery checks that n's disk alone holds no usable key, and that
 // the owner opens its volume with the owner key: the recovery keys it
-// gives match the volume's header.
+// gives match the volume's header, and standard cryptsetup in a guest
+// opens the volume with them.
 func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
 	t.Helper()
 	bin := filepath.Join(outDir(t), "bin", "borough")
@@ -369,8 +371,12 @@ func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
 	cli(t, "recovery", "keys", n.Disk(), "--owner-key", filepath.Join(m.config, "owner-key.pem"), "--out", dir)
 	out = []byte(cli(t, "recovery", "volume-key", n.Disk(), "--luk", filepath.Join(dir, "luk.key"), "--cuk", filepath.Join(dir, "cuk.key"),
 		"--out", filepath.Join(dir, "volume.key")))
-	if !strings.Contains(string(out), "cryptsetup open") {
-		t.Errorf("recovery volume-key with the owner's keys printed:\n%s", out)
+	vm, line := openInGuest(t, n.Disk(), filepath.Join(dir, "volume.key"), string(out))
+	if !slices.Contains(strings.Fields(line), "etcd") {
+		t.Errorf("the volume the owner opened holds %q, want the node's etcd data among it", line)
+	}
+	if err := vm.Wait(powerTimeout); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 // TestRecovery makes a volume with a node (no TPM, so its keys are in
 // clear on the ESP), copies the keys off the image with `borough recovery
 // keys`, derives the volume key with `borough recovery volume-key`, and
-// runs the cryptsetup command that it prints, unchanged but for the device
-// and key paths, in a guest that has the node's disk as its second disk.
+// opens the volume in a guest with the cryptsetup command that it prints
+// (openInGuest).
 func TestRecovery(t *testing.T) {
 	t.Parallel()
 	img := nodeImage(t, cmdline.PoweroffOnFatal)
@@ -31,6 +31,19 @@ func TestRecovery(t *testing.T) {
 	cli(t, "recovery", "keys", img, "--out", dir)
 	out := cli(t, "recovery", "volume-key", img, "--luk", filepath.Join(dir, "luk.key"),
 		"--cuk", filepath.Join(dir, "cuk.key"), "--out", filepath.Join(dir, "volume.key"))
+	vm, _ = openInGuest(t, img, filepath.Join(dir, "volume.key"), out)
+	expect(t, vm, bootTimeout, "recovery: marker="+marker)
+	if err := vm.Wait(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openInGuest runs the cryptsetup command that `borough recovery
+// volume-key` printed (out), unchanged but for the device and key paths,
+// in a guest that has disk as its second disk, and returns the guest once
+// it has mounted the volume, with the line that says what it holds.
+func openInGuest(t *testing.T, disk, keyFile, out string) (*qemu.VM, string) {
+	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	args := strings.Fields(lines[len(lines)-1])
 	if len(args) < 2 || args[0] != "cryptsetup" {
@@ -38,19 +51,19 @@ func TestRecovery(t *testing.T) {
 	}
 	for i, a := range args {
 		switch a {
-		case img:
+		case disk:
 			args[i] = "/dev/vdb"
-		case filepath.Join(dir, "volume.key"):
+		case keyFile:
 			args[i] = "/recovery/volume.key"
 		case "cryptsetup":
 			args[i] = "/sbin/cryptsetup"
 		}
 	}
+	dir := t.TempDir()
 	argsFile := filepath.Join(dir, "args")
 	if err := os.WriteFile(argsFile, []byte(strings.Join(args, "\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-
 	bin := filepath.Join(dir, "recoveryinit")
 	build := exec.Command("go", "build", "-o", bin, "./recoveryinit")
 	build.Env = append(build.Environ(), "CGO_ENABLED=0")
@@ -60,17 +73,18 @@ func TestRecovery(t *testing.T) {
 	var ramfs bytes.Buffer
 	err := initramfs.Build(&ramfs, initramfs.Params{Init: bin, Files: []string{
 		"/sbin/cryptsetup",
-		filepath.Join(dir, "volume.key") + ":recovery/volume.key",
+		keyFile + ":recovery/volume.key",
 		argsFile + ":recovery/args",
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm = boot(t, qemu.Options{Image: buildImage(t, ramfs.Bytes()), ExtraDisks: []string{img}})
-	expect(t, vm, bootTimeout, "recovery: marker="+marker)
-	if err := vm.Wait(powerTimeout); err != nil {
+	vm := boot(t, qemu.Options{Image: buildImage(t, ramfs.Bytes()), ExtraDisks: []string{disk}})
+	line, _, err := vm.WaitLine("recovery: the volume holds:", bootTimeout)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return vm, line
 }
 
 // cli runs the built host CLI and returns its output.

@@ -1,7 +1,8 @@
 // Command recoveryinit is the init of the recovery boot test. It runs the
 // standard cryptsetup command that `borough recovery volume-key` printed
 // (one argument a line in /recovery/args), mounts the opened volume
-// read-only, prints the marker file a node wrote there, and powers off.
+// read-only, prints what it holds (and the marker file a node wrote there,
+// if any), and powers off.
 package main
 
 import (
@@ -55,10 +56,17 @@ func recover() error {
 	if err := unix.Mount("/dev/mapper/borough-data", "/mnt", "ext4", unix.MS_RDONLY, "noload"); err != nil {
 		return fmt.Errorf("mounting the opened volume: %w", err)
 	}
-	marker, err := os.ReadFile("/mnt/marker")
+	entries, err := os.ReadDir("/mnt")
 	if err != nil {
 		return err
 	}
-	fmt.Printf("recovery: marker=%s\n", marker)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	fmt.Printf("recovery: the volume holds: %s\n", strings.Join(names, " "))
+	if marker, err := os.ReadFile("/mnt/marker"); err == nil {
+		fmt.Printf("recovery: marker=%s\n", marker)
+	}
 	return unix.Unmount("/mnt", 0)
 }
