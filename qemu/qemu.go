@@ -106,9 +106,15 @@ type Options struct {
 	// TestParams, if set, are borough.test.* kernel parameters passed for
 	// this boot only, through fw_cfg fwcfg.TestCmdline.
 	TestParams string
-	// Network attaches a virtio NIC on QEMU's user-mode network. It is
-	// implied by Forwards.
+	// ControllerDisks are more raw images, writable, each behind a
+	// storage controller of its own, after OtherDisks.
+	ControllerDisks []ControllerDisk
+	// Network attaches a NIC on QEMU's user-mode network. It is implied
+	// by Forwards.
 	Network bool
+	// NIC is the QEMU device of that NIC (rtl8139, vmxnet3, ...);
+	// default virtio-net-pci.
+	NIC string
 	// Forwards are TCP ports forwarded from 127.0.0.1 into the guest.
 	Forwards []Forward
 	// LAN, if set, attaches a second virtio NIC to a Hub shared with
@@ -198,6 +204,13 @@ func (o *Options) args(accel string) ([]string, error) {
 		args = append(args, "-drive", "if=none,id="+id+",format=raw,file="+img,
 			"-device", "virtio-blk-pci,drive="+id)
 	}
+	for i, d := range o.ControllerDisks {
+		dev, err := d.args(i)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, dev...)
+	}
 	if o.Interactive {
 		args = append(args, "-serial", "mon:stdio")
 	} else {
@@ -209,7 +222,11 @@ func (o *Options) args(accel string) ([]string, error) {
 		for _, f := range o.Forwards {
 			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", f.Host, f.Guest)
 		}
-		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,mac="+UserMAC)
+		nic := o.NIC
+		if nic == "" {
+			nic = "virtio-net-pci"
+		}
+		args = append(args, "-netdev", netdev, "-device", nic+",netdev=net0,mac="+UserMAC)
 	}
 	if o.LAN != nil {
 		args = append(args, "-netdev", "stream,id=lan0,server=off,addr.type=unix,addr.path="+o.LAN.Hub,
@@ -232,6 +249,32 @@ func (o *Options) args(accel string) ([]string, error) {
 			"-device", "tpm-tis,tpmdev=tpm0")
 	}
 	return args, nil
+}
+
+// ControllerDisk is a disk behind a storage controller that QEMU
+// emulates.
+type ControllerDisk struct {
+	// Controller is the controller's QEMU device: a SCSI HBA (megasas,
+	// megasas-gen2, lsi53c895a, mptsas1068, pvscsi), or usb-storage or
+	// usb-uas on an XHCI controller.
+	Controller string
+	Image      string
+}
+
+// args are the QEMU arguments of the i-th controller disk.
+func (d ControllerDisk) args(i int) ([]string, error) {
+	hba, drive := fmt.Sprintf("hba%d", i), fmt.Sprintf("cdisk%d", i)
+	args := []string{"-drive", "if=none,id=" + drive + ",format=raw,file=" + d.Image}
+	switch d.Controller {
+	case "megasas", "megasas-gen2", "lsi53c895a", "mptsas1068", "pvscsi":
+		return append(args, "-device", d.Controller+",id="+hba, "-device", "scsi-hd,drive="+drive+",bus="+hba+".0"), nil
+	case "usb-storage":
+		return append(args, "-device", "qemu-xhci,id="+hba, "-device", "usb-storage,drive="+drive+",bus="+hba+".0"), nil
+	case "usb-uas":
+		return append(args, "-device", "qemu-xhci,id="+hba, "-device", "usb-uas,id=uas"+hba+",bus="+hba+".0",
+			"-device", "scsi-hd,drive="+drive+",bus=uas"+hba+".0"), nil
+	}
+	return nil, fmt.Errorf("qemu: unknown storage controller %q for %s", d.Controller, d.Image)
 }
 
 func (o *Options) monitorPath() string { return filepath.Join(o.StateDir, "monitor.sock") }

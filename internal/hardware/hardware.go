@@ -136,18 +136,14 @@ func Describe(devs []PCIDevice) string {
 // or tunnels).
 func nics(sys string) ([]NIC, error) {
 	dir := filepath.Join(sys, "class", "net")
-	entries, err := os.ReadDir(dir)
+	names, err := withDevice(dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing network links: %w", err)
 	}
 	var out []NIC
-	for _, e := range entries {
-		dev := filepath.Join(dir, e.Name(), "device")
-		if _, err := os.Stat(dev); err != nil {
-			continue
-		}
-		mac, _ := os.ReadFile(filepath.Join(dir, e.Name(), "address"))
-		out = append(out, NIC{Name: e.Name(), MAC: strings.TrimSpace(string(mac)), Driver: driverOf(dev)})
+	for _, name := range names {
+		mac, _ := os.ReadFile(filepath.Join(dir, name, "address"))
+		out = append(out, NIC{Name: name, MAC: strings.TrimSpace(string(mac)), Driver: driverOf(filepath.Join(dir, name, "device"))})
 	}
 	return out, nil
 }
@@ -155,24 +151,35 @@ func nics(sys string) ([]NIC, error) {
 // disks lists the block devices that have a device (not loop, dm or ram).
 func disks(sys string) ([]Disk, error) {
 	dir := filepath.Join(sys, "block")
-	entries, err := os.ReadDir(dir)
+	names, err := withDevice(dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing block devices: %w", err)
 	}
 	var out []Disk
-	for _, e := range entries {
-		dev := filepath.Join(dir, e.Name(), "device")
-		if _, err := os.Stat(dev); err != nil {
-			continue
-		}
-		d := Disk{Name: e.Name(), Driver: controllerDriver(dev)}
-		if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "size")); err == nil {
+	for _, name := range names {
+		d := Disk{Name: name, Driver: controllerDriver(filepath.Join(dir, name, "device"))}
+		if b, err := os.ReadFile(filepath.Join(dir, name, "size")); err == nil {
 			sectors, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 			d.Bytes = sectors * 512
 		}
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// withDevice lists the entries of dir that are backed by a device.
+func withDevice(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), "device")); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
 }
 
 // driverOf is the name of the driver bound to device dir, or "".
