@@ -1,0 +1,29 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestQEMUArgs: bad command lines are refused before any VM boots.
+func TestQEMUArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"two images", []string{"qemu", "a.img", "b.img"}, `qemu takes one IMAGE, got ["a.img" "b.img"]`},
+		{"a command without --until", []string{"qemu", "a.img", "--", "true"}, "give --until"},
+		{"-- and no command", []string{"qemu", "a.img", "--until", "node running", "--"}, "nothing after --"},
+		{"a bad forward", []string{"qemu", "a.img", "--until", "x", "--forward", "2379"}, `--forward "2379": want HOSTPORT:GUESTPORT`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := run(tt.args, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("borough %s = %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.want)
+			}
+		})
+	}
+}
