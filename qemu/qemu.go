@@ -168,9 +168,9 @@ func (o *Options) args(accel string) ([]string, error) {
 		"-machine", machine, "-accel", accel, "-cpu", "max",
 		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
 		"-nodefaults", "-display", "none", "-no-user-config",
-		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + code,
-		"-drive", "if=pflash,format=raw,unit=1,file=" + vars,
-		"-drive", "if=none,id=disk0,format=raw,file=" + o.Image,
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + optValue(code),
+		"-drive", "if=pflash,format=raw,unit=1,file=" + optValue(vars),
+		"-drive", "if=none,id=disk0,format=raw,file=" + optValue(o.Image),
 	}
 	if o.SecureBoot {
 		args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
@@ -196,12 +196,12 @@ func (o *Options) args(accel string) ([]string, error) {
 	}
 	for i, img := range o.ExtraDisks {
 		id := fmt.Sprintf("disk%d", i+1)
-		args = append(args, "-drive", "if=none,id="+id+",format=raw,readonly=on,file="+img,
+		args = append(args, "-drive", "if=none,id="+id+",format=raw,readonly=on,file="+optValue(img),
 			"-device", "virtio-blk-pci,drive="+id)
 	}
 	for i, img := range o.OtherDisks {
 		id := fmt.Sprintf("other%d", i)
-		args = append(args, "-drive", "if=none,id="+id+",format=raw,file="+img,
+		args = append(args, "-drive", "if=none,id="+id+",format=raw,file="+optValue(img),
 			"-device", "virtio-blk-pci,drive="+id)
 	}
 	for i, d := range o.ControllerDisks {
@@ -215,7 +215,7 @@ func (o *Options) args(accel string) ([]string, error) {
 		args = append(args, "-serial", "mon:stdio")
 	} else {
 		args = append(args, "-serial", "stdio",
-			"-monitor", "unix:"+o.monitorPath()+",server=on,wait=off")
+			"-monitor", "unix:"+optValue(o.monitorPath())+",server=on,wait=off")
 	}
 	if o.Network || len(o.Forwards) > 0 {
 		netdev := "user,id=net0"
@@ -229,22 +229,22 @@ func (o *Options) args(accel string) ([]string, error) {
 		args = append(args, "-netdev", netdev, "-device", nic+",netdev=net0,mac="+UserMAC)
 	}
 	if o.LAN != nil {
-		args = append(args, "-netdev", "stream,id=lan0,server=off,addr.type=unix,addr.path="+o.LAN.Hub,
+		args = append(args, "-netdev", "stream,id=lan0,server=off,addr.type=unix,addr.path="+optValue(o.LAN.Hub),
 			"-device", "virtio-net-pci,netdev=lan0,mac="+o.LAN.MAC)
 	}
 	if o.FwCfg != "" {
-		args = append(args, "-fw_cfg", "name="+fwcfg.Enrolment+",file="+o.FwCfg)
+		args = append(args, "-fw_cfg", "name="+fwcfg.Enrolment+",file="+optValue(o.FwCfg))
 	}
 	if o.TestParams != "" {
 		path := filepath.Join(o.StateDir, "test-cmdline")
 		if err := os.WriteFile(path, []byte(o.TestParams), 0o644); err != nil {
 			return nil, err
 		}
-		args = append(args, "-fw_cfg", "name="+fwcfg.TestCmdline+",file="+path)
+		args = append(args, "-fw_cfg", "name="+fwcfg.TestCmdline+",file="+optValue(path))
 	}
 	if o.TPM {
 		args = append(args,
-			"-chardev", "socket,id=chrtpm,path="+o.swtpmSocket(),
+			"-chardev", "socket,id=chrtpm,path="+optValue(o.swtpmSocket()),
 			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
 			"-device", "tpm-tis,tpmdev=tpm0")
 	}
@@ -264,7 +264,7 @@ type ControllerDisk struct {
 // args are the QEMU arguments of the i-th controller disk.
 func (d ControllerDisk) args(i int) ([]string, error) {
 	hba, drive := fmt.Sprintf("hba%d", i), fmt.Sprintf("cdisk%d", i)
-	args := []string{"-drive", "if=none,id=" + drive + ",format=raw,file=" + d.Image}
+	args := []string{"-drive", "if=none,id=" + drive + ",format=raw,file=" + optValue(d.Image)}
 	switch d.Controller {
 	case "megasas", "megasas-gen2", "lsi53c895a", "mptsas1068", "pvscsi":
 		return append(args, "-device", d.Controller+",id="+hba, "-device", "scsi-hd,drive="+drive+",bus="+hba+".0"), nil
@@ -276,6 +276,11 @@ func (d ControllerDisk) args(i int) ([]string, error) {
 	}
 	return nil, fmt.Errorf("qemu: unknown storage controller %q for %s", d.Controller, d.Image)
 }
+
+// optValue escapes s for a QEMU (or swtpm) option list, where a comma
+// ends a value unless doubled: a path with a comma in it would otherwise
+// become options.
+func optValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
 func (o *Options) monitorPath() string { return filepath.Join(o.StateDir, "monitor.sock") }
 func (o *Options) swtpmSocket() string { return filepath.Join(o.StateDir, "swtpm.sock") }
@@ -296,6 +301,10 @@ func (o *Options) prepareVars() error {
 // startSwtpm starts the VM's TPM and waits for its socket.
 func (o *Options) startSwtpm(ctx context.Context) (*exec.Cmd, error) {
 	state := filepath.Join(o.StateDir, "tpm")
+	if strings.Contains(state, ",") {
+		// swtpm's option lists have no escape for a comma.
+		return nil, fmt.Errorf("qemu: a VM with a TPM needs a state directory without a comma in its path (swtpm cannot take one): %s", o.StateDir)
+	}
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
 	}
