@@ -7,6 +7,8 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/partition"
 	"github.com/borough-os/borough/internal/secureboot"
+	"github.com/borough-os/borough/internal/timeline"
 	"github.com/borough-os/borough/internal/timesync/ntptest"
 	"github.com/borough-os/borough/qemu"
 )
@@ -35,10 +38,36 @@ func TestReleaseImage(t *testing.T) {
 		vm := boot(t, qemu.Options{Image: img, StateDir: state, NoRNG: true, TestParams: cmdline.TestFatal + "=hooked"})
 		expect(t, vm, bootTimeout, "borough: init started", "borough: entropy: random pool seeded")
 		expect(t, vm, stepTimeout, running)
+		line, _, err := vm.WaitLine("borough: boot timeline", stepTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTimeline(t, line)
 		if strings.Contains(vm.Console(), "hooked") {
 			t.Errorf("boot %d: the release image ran a test hook from fw_cfg", boot1+1)
 		}
 		powerOff(t, vm)
+	}
+}
+
+// checkTimeline checks that a boot timeline line has every phase, in boot
+// order, at times that never go back.
+func checkTimeline(t *testing.T, line string) {
+	t.Helper()
+	phases := []string{timeline.Init, timeline.PayloadRead, timeline.PayloadVerified, timeline.PayloadUnpacked,
+		timeline.Node, timeline.Network, timeline.Storage, timeline.EtcdReady, timeline.Running}
+	re := regexp.MustCompile(` ([a-z-]+)=([0-9.]+)\(\+[0-9.]+\)`)
+	var got []string
+	last := 0.0
+	for _, m := range re.FindAllStringSubmatch(line, -1) {
+		at, _ := strconv.ParseFloat(m[2], 64)
+		if at < last {
+			t.Errorf("the boot timeline goes back at %s: %q", m[1], line)
+		}
+		got, last = append(got, m[1]), at
+	}
+	if !slices.Equal(got, phases) {
+		t.Errorf("the boot timeline has the phases %q, want %q: %q", got, phases, line)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/pid1"
 	"github.com/borough-os/borough/internal/pseudofs"
+	"github.com/borough-os/borough/internal/timeline"
 )
 
 func main() {
@@ -33,13 +34,18 @@ func main() {
 	// needs; everything after it goes to every console.
 	log := slog.New(console.NewHandler(os.Stderr))
 	log.Info("init started")
+	tl := timeline.New()
+	tl.Mark(timeline.Init)
 	if err := pseudofs.MountAll(); err != nil {
 		pid1.Fail(log, fmt.Errorf("mounting pseudo-filesystems: %w", err))
 	}
 	log = slog.New(console.NewHandler(console.Open(os.Stderr)))
-	node, err := loadNode(log)
+	node, err := loadNode(log, tl)
 	if err != nil {
 		pid1.Fail(log, fmt.Errorf("loading the node: %w", err))
+	}
+	if err := tl.Save(timeline.File); err != nil {
+		log.Warn("saving the boot timeline for the node", "err", err)
 	}
 	pid1.Run([]string{node, "node"})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/bootdisk"
 	"github.com/borough-os/borough/internal/payload"
+	"github.com/borough-os/borough/internal/timeline"
 )
 
 // espMount is where init mounts the ESP, read-only, to read the payload.
@@ -21,8 +22,8 @@ const espMount = "/run/borough/esp-boot"
 
 // loadNode reads the node payload from the boot disk's ESP, checks it
 // against the hash in this initramfs, unpacks it into the root filesystem
-// and returns the node binary's path.
-func loadNode(log *slog.Logger) (path string, err error) {
+// and returns the node binary's path, marking each step on tl.
+func loadNode(log *slog.Logger, tl *timeline.Timeline) (path string, err error) {
 	want, err := os.ReadFile("/" + payload.Hash)
 	if err != nil {
 		return "", fmt.Errorf("reading the node payload's hash from the initramfs: %w", err)
@@ -44,14 +45,17 @@ func loadNode(log *slog.Logger) (path string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("reading the node payload: %w", err)
 	}
+	tl.Mark(timeline.PayloadRead)
 	sum := sha256.Sum256(archive)
 	if got := hex.EncodeToString(sum[:]); got != strings.TrimSpace(string(want)) {
 		return "", fmt.Errorf("the node payload on the ESP (%s) has SHA-256 %s, but this boot binary runs %s: "+
 			"the ESP was changed or is from another build", esp.NodePayload, got, strings.TrimSpace(string(want)))
 	}
+	tl.Mark(timeline.PayloadVerified)
 	if err := payload.Unpack(archive, "/"); err != nil {
 		return "", fmt.Errorf("unpacking the node payload: %w", err)
 	}
+	tl.Mark(timeline.PayloadUnpacked)
 	log.Info("node payload verified and unpacked", "sha256", hex.EncodeToString(sum[:8]), "bytes", len(archive))
 	return filepath.Join("/", payload.NodeBinary), nil
 }

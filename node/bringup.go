@@ -18,6 +18,7 @@ import (
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
+	"github.com/borough-os/borough/internal/timeline"
 	"github.com/borough-os/borough/internal/timesync"
 	"github.com/borough-os/borough/internal/tpm"
 )
@@ -27,7 +28,8 @@ import (
 // node's services. A bad enrolment config, network or ticket puts the
 // node in Failed before the data partition is touched: it then runs no
 // node services. An error is fatal.
-func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tpm.TPM, hw hardware.Report) ([]supervisor.Service, error) {
+func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tpm.TPM, hw hardware.Report,
+	tl *timeline.Timeline) ([]supervisor.Service, error) {
 	mgr := cluster.New(log)
 	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {
@@ -41,6 +43,7 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 		mgr.Fail(fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw)))
 		return nil, nil
 	}
+	tl.Mark(timeline.Network)
 	ntpServers := enrol.NTPServers
 	if len(ntpServers) == 0 {
 		ntpServers = net.NTPServers()
@@ -71,13 +74,14 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 	}); err != nil {
 		return nil, err
 	}
+	tl.Mark(timeline.Storage)
 	if err := testMarker(log, params); err != nil {
 		return nil, err
 	}
 	mgr.Configure(cluster.Config{
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
 		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot,
-		Pause: pauseHook(log, params, "join"), Keys: keys,
+		Pause: pauseHook(log, params, "join"), Keys: keys, Timeline: tl,
 	})
 	return []supervisor.Service{
 		{Name: "network", Run: net.Run},

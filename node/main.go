@@ -31,6 +31,7 @@ import (
 	"github.com/borough-os/borough/internal/secureboot"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
+	"github.com/borough-os/borough/internal/timeline"
 	"github.com/borough-os/borough/internal/tpm"
 )
 
@@ -65,6 +66,11 @@ func node() int {
 	}
 	addTestParams(log, params)
 	log.Info("node process started")
+	tl, err := timeline.Load(timeline.File)
+	if err != nil {
+		log.Warn("the boot timeline will have the node's phases only", "err", err)
+	}
+	tl.Mark(timeline.Node)
 	logSecureBoot(log)
 	hw := reportHardware(log)
 	st, err := storage.Open(log.With(console.ServiceKey, "storage"))
@@ -85,7 +91,7 @@ func node() int {
 	}
 	refreshSeed := entropy.Seed(log.With(console.ServiceKey, "entropy"), storage.ESPRoot, generator(t))
 	go refreshSeed()
-	services, err := bringUp(log, params, st, t, hw)
+	services, err := bringUp(log, params, st, t, hw, tl)
 	if err := errors.Join(err, capPCRs(log, t)); err != nil {
 		return fatal(log, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/borough-os/borough/internal/join"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/supervisor"
+	"github.com/borough-os/borough/internal/timeline"
 )
 
 // Socket is where local clients reach etcd.
@@ -41,6 +42,9 @@ type Config struct {
 	// Keys, if set, keeps the node's cluster unlock key with the cluster
 	// while the member runs.
 	Keys *clusterkey.Keeper
+	// Timeline, if set, gets the boot's last marks (etcd ready, running)
+	// and is logged once the node runs.
+	Timeline *timeline.Timeline
 	// overrides are test seams.
 	overrides overrides
 }
@@ -63,6 +67,12 @@ const (
 func (mg *Manager) pause(step string) {
 	if mg.cfg.Pause != nil {
 		mg.cfg.Pause(step)
+	}
+}
+
+func (mg *Manager) mark(phase string) {
+	if mg.cfg.Timeline != nil {
+		mg.cfg.Timeline.Mark(phase)
 	}
 }
 
@@ -112,6 +122,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 		mg.m.fail(err)
 		return nil
 	}
+	mg.mark(timeline.EtcdReady)
 	role, err := mg.awaitRole(ctx, c)
 	if err != nil {
 		c.Close()
@@ -124,6 +135,10 @@ func (mg *Manager) Run(ctx context.Context) error {
 	mg.m.to(StateRunning)
 	mg.log.Info("node running", "cluster", rec.Cluster, "member", rec.Node,
 		"client", net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.ClientPort)), "role", role)
+	mg.mark(timeline.Running)
+	if tl := mg.cfg.Timeline; tl != nil {
+		mg.log.Info("boot timeline (seconds since the kernel started, +since the previous): " + tl.String())
+	}
 	err = mg.serve(ctx, c, rec)
 	switch {
 	case ctx.Err() != nil:
