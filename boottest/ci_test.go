@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/qemu"
 )
 
 // TestQEMUUntil runs `borough qemu --until` as a user's CI would: once
@@ -43,16 +44,10 @@ func TestQEMUUntil(t *testing.T) {
 				t.Fatal(err)
 			}
 			if code != tc.wantCode || !strings.Contains(string(out), tc.wantOut) {
-				t.Errorf("borough %s exited %d, want %d with %q in its output:\n%s", strings.Join(args, " "), code, tc.wantCode, tc.wantOut, tail(string(out), 30))
+				t.Errorf("borough %s exited %d, want %d with %q in its output:\n%s", strings.Join(args, " "), code, tc.wantCode, tc.wantOut, qemu.ConsoleTail(string(out), 30))
 			}
 		})
 	}
-}
-
-// tail is the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 // TestCIExample runs examples/ci/boot-and-query.sh, the script the
@@ -69,6 +64,6 @@ func TestCIExample(t *testing.T) {
 	cmd.Env = append(cmd.Environ(), "BOROUGH="+filepath.Join(outDir(t), "bin", "borough"), fmt.Sprintf("PORT=%d", port))
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "ci: put and got greeting through the node") {
-		t.Errorf("examples/ci/boot-and-query.sh: %v\n%s", err, tail(string(out), 40))
+		t.Errorf("examples/ci/boot-and-query.sh: %v\n%s", err, qemu.ConsoleTail(string(out), 40))
 	}
 }

@@ -178,15 +178,7 @@ func joinThird(b *testing.B, c *multinode.Cluster) (*multinode.Node, time.Durati
 	if err != nil {
 		b.Fatal(err)
 	}
-	tk, err := c.Ticket(ctx, admin.TicketParams{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := c.JoinConfig(n, marshal(b, tk))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.Start(ctx, n, cfg); err != nil {
+	if err := c.StartJoin(ctx, n, admin.TicketParams{}); err != nil {
 		b.Fatal(err)
 	}
 	voter := awaitNewVoter(b, cl, n, known)

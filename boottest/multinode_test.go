@@ -248,7 +248,7 @@ func (m *multi) usedTicket(t *testing.T) []byte {
 	return cfg.GetJoin().GetTicket()
 }
 
-func marshal(t testing.TB, m proto.Message) []byte {
+func marshal(t *testing.T, m proto.Message) []byte {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)

@@ -3,8 +3,8 @@
 package boottest
 
 import (
+	"debug/buildinfo"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -80,19 +80,16 @@ func shippedFiles(t *testing.T, path string) []string {
 // from.
 func goModules(t *testing.T, bin string) []string {
 	t.Helper()
-	out, err := exec.Command("go", "version", "-m", bin).Output()
+	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
-		t.Fatalf("go version -m %s: %v", bin, err)
+		t.Fatalf("reading the build information of %s: %v", bin, err)
 	}
 	var mods []string
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == "dep" {
-			mods = append(mods, f[1]+" "+f[2])
-		}
+	for _, d := range info.Deps {
+		mods = append(mods, d.Path+" "+d.Version)
 	}
 	if len(mods) == 0 {
-		t.Fatalf("go version -m %s lists no modules", bin)
+		t.Fatalf("%s lists no modules", bin)
 	}
 	return mods
 }

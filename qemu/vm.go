@@ -127,14 +127,15 @@ func (vm *VM) Console() string { return vm.console.String() }
 // first: a panic's goroutine dump alone fills a tail, and without its
 // message a failure in CI cannot be read.
 func (vm *VM) Tail(n int) string {
-	return tail(vm.console.String(), n)
+	return ConsoleTail(vm.console.String(), n)
 }
 
 // panicContext is how many lines before and after a panic's message Tail
 // shows.
 const panicContext = 4
 
-func tail(console string, n int) string {
+// ConsoleTail is Tail of a console's text, e.g. one a command printed.
+func ConsoleTail(console string, n int) string {
 	lines := strings.Split(strings.TrimRight(console, "\n"), "\n")
 	start := max(len(lines)-n, 0)
 	var b strings.Builder

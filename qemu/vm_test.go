@@ -43,8 +43,8 @@ func TestTail(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tail(tt.console, tt.n) + "\n"; got != tt.want {
-				t.Errorf("tail(%d) =\n%s\nwant\n%s", tt.n, got, tt.want)
+			if got := ConsoleTail(tt.console, tt.n) + "\n"; got != tt.want {
+				t.Errorf("ConsoleTail(%d) =\n%s\nwant\n%s", tt.n, got, tt.want)
 			}
 		})
 	}

@@ -163,11 +163,12 @@ func TestReconcile(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			var holders []escrow.Holder
-			addrs := map[string]string{}
+			urls := map[string][]string{}
 			for _, p := range pick(st.voters...) {
 				holders = append(holders, escrow.Holder{Name: p.name, Key: p.pub})
-				addrs[p.name] = net.JoinHostPort(p.ip.String(), fmt.Sprint(unlock.Port))
+				urls[p.name] = dir[p.name]
 			}
+			addrs := responders(urls)
 			err := k.reconcile(ctx, escrow.Binding{Cluster: "prod", Node: self.name}, escrow.Threshold(len(st.voters)+1), holders, addrs)
 			stop()
 			if st.wantErr == "" && err != nil || st.wantErr != "" && (err == nil || !strings.Contains(err.Error(), st.wantErr)) {

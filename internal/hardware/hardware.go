@@ -21,6 +21,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/borough-os/borough/internal/blockdev"
 )
 
 // Report is what Scan found.
@@ -37,11 +39,11 @@ type NIC struct {
 	Name, MAC, Driver string
 }
 
-// Disk is a block device backed by hardware, and the driver of the
-// controller it hangs off (the nearest one in its device path).
+// Disk is a disk backed by hardware, and the driver of the controller it
+// hangs off (the nearest one in its device path).
 type Disk struct {
-	Name, Driver string
-	Bytes        uint64
+	blockdev.Disk
+	Driver string
 }
 
 // PCIDevice is a PCI function.
@@ -116,7 +118,7 @@ func (r Report) Log(log *slog.Logger) {
 		log.Info("network link", "name", n.Name, "mac", n.MAC, "driver", n.Driver)
 	}
 	for _, d := range r.Disks {
-		log.Info("disk", "name", d.Name, "driver", d.Driver, "size", fmt.Sprintf("%.1fGiB", float64(d.Bytes)/(1<<30)))
+		log.Info("disk", "name", d.Name, "driver", d.Driver, "size", fmt.Sprintf("%.1fGiB", float64(d.Size)/(1<<30)))
 	}
 	if len(r.Unbound) > 0 {
 		log.Warn("controllers this kernel has no driver for: " + Describe(r.Unbound))
@@ -132,54 +134,41 @@ func Describe(devs []PCIDevice) string {
 	return strings.Join(s, ", ")
 }
 
-// nics lists the links in class/net that have a device (not lo, bridges
-// or tunnels).
+// nics lists the links in class/net that are backed by a device (not lo,
+// bridges or tunnels).
 func nics(sys string) ([]NIC, error) {
 	dir := filepath.Join(sys, "class", "net")
-	names, err := withDevice(dir)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing network links: %w", err)
 	}
 	var out []NIC
-	for _, name := range names {
-		mac, _ := os.ReadFile(filepath.Join(dir, name, "address"))
-		out = append(out, NIC{Name: name, MAC: strings.TrimSpace(string(mac)), Driver: driverOf(filepath.Join(dir, name, "device"))})
-	}
-	return out, nil
-}
-
-// disks lists the block devices that have a device (not loop, dm or ram).
-func disks(sys string) ([]Disk, error) {
-	dir := filepath.Join(sys, "block")
-	names, err := withDevice(dir)
-	if err != nil {
-		return nil, fmt.Errorf("listing block devices: %w", err)
-	}
-	var out []Disk
-	for _, name := range names {
-		d := Disk{Name: name, Driver: controllerDriver(filepath.Join(dir, name, "device"))}
-		if b, err := os.ReadFile(filepath.Join(dir, name, "size")); err == nil {
-			sectors, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-			d.Bytes = sectors * 512
+	for _, e := range entries {
+		dev := filepath.Join(dir, e.Name(), "device")
+		if _, err := os.Stat(dev); err != nil {
+			continue
 		}
-		out = append(out, d)
+		mac, _ := os.ReadFile(filepath.Join(dir, e.Name(), "address"))
+		out = append(out, NIC{Name: e.Name(), MAC: strings.TrimSpace(string(mac)), Driver: driverOf(dev)})
 	}
 	return out, nil
 }
 
-// withDevice lists the entries of dir that are backed by a device.
-func withDevice(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
+// disks lists the disks (blockdev.List) that are backed by a device: not
+// device-mapper targets.
+func disks(sys string) ([]Disk, error) {
+	all, err := blockdev.List(sys)
 	if err != nil {
 		return nil, err
 	}
-	var names []string
-	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join(dir, e.Name(), "device")); err == nil {
-			names = append(names, e.Name())
+	var out []Disk
+	for _, d := range all {
+		dev := filepath.Join(sys, "block", d.Name, "device")
+		if _, err := os.Stat(dev); err == nil {
+			out = append(out, Disk{Disk: d, Driver: controllerDriver(dev)})
 		}
 	}
-	return names, nil
+	return out, nil
 }
 
 // driverOf is the name of the driver bound to device dir, or "".

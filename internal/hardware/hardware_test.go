@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/borough-os/borough/internal/blockdev"
 )
 
 // sysfs builds a sysfs tree in a temporary directory, laid out as the
@@ -25,6 +27,13 @@ func (s sysfs) file(path, content string) {
 		s.t.Fatal(err)
 	}
 	if err := os.WriteFile(p, []byte(content+"\n"), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s sysfs) dir(path string) {
+	s.t.Helper()
+	if err := os.MkdirAll(filepath.Join(s.root, path), 0o755); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -97,7 +106,7 @@ func TestScan(t *testing.T) {
 	if want := []NIC{{Name: "eth0", MAC: "52:54:00:12:34:56", Driver: "virtio_net"}}; !slices.Equal(r.NICs, want) {
 		t.Errorf("NICs = %+v, want %+v", r.NICs, want)
 	}
-	if want := []Disk{{Name: "sda", Driver: "megaraid_sas", Bytes: 4 << 30}}; !slices.Equal(r.Disks, want) {
+	if want := []Disk{{Disk: blockdev.Disk{Name: "sda", Size: 4 << 30}, Driver: "megaraid_sas"}}; !slices.Equal(r.Disks, want) {
 		t.Errorf("Disks = %+v, want %+v", r.Disks, want)
 	}
 	want := []PCIDevice{
@@ -131,13 +140,13 @@ func TestScanBadInput(t *testing.T) {
 	}{
 		{"no sysfs", func(s sysfs) {}, "listing network links"},
 		{"class not hex", func(s sysfs) {
-			s.file("class/net/.keep", "")
-			s.file("block/.keep", "")
+			s.dir("class/net")
+			s.dir("block")
 			s.pci("0000:00:05.0", "0x10ec", "0x8029", "network", "")
 		}, `PCI device 0000:00:05.0: class "network"`},
 		{"vendor missing", func(s sysfs) {
-			s.file("class/net/.keep", "")
-			s.file("block/.keep", "")
+			s.dir("class/net")
+			s.dir("block")
 			s.file(pci+"0000:00:07.0/class", "0x020000")
 			s.link("bus/pci/devices/0000:00:07.0", pci+"0000:00:07.0")
 		}, "PCI device 0000:00:07.0: open"},

@@ -147,7 +147,8 @@ func describe(ifc enrolment.Interface) string {
 	return ""
 }
 
-// ErrNoLink says the machine has no network link an interface matches.
+// ErrNoLink says the machine has no network link an interface matches,
+// or none that came up.
 var ErrNoLink = errors.New("no network link")
 
 // findLink brings up the links ifc matches and returns the first with a
@@ -185,7 +186,7 @@ func findLink(ctx context.Context, ifc enrolment.Interface) (netlink.Link, error
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no network link %scame up within %v", strings.TrimSpace(describe(ifc)+" "), carrierTimeout)
+			return nil, fmt.Errorf("%w %s", ErrNoLink, strings.TrimSpace(describe(ifc)+" came up within "+carrierTimeout.String()))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

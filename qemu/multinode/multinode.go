@@ -301,6 +301,15 @@ func (c *Cluster) AddNode() (*Node, error) {
 // Join mints a ticket and boots n with a join config, waiting until it
 // runs.
 func (c *Cluster) Join(ctx context.Context, n *Node, p admin.TicketParams) error {
+	if err := c.StartJoin(ctx, n, p); err != nil {
+		return err
+	}
+	return c.WaitRunning(n)
+}
+
+// StartJoin mints a ticket and boots n with a join config, without
+// waiting.
+func (c *Cluster) StartJoin(ctx context.Context, n *Node, p admin.TicketParams) error {
 	t, err := c.Ticket(ctx, p)
 	if err != nil {
 		return fmt.Errorf("minting a ticket for node %d: %w", n.Index+1, err)
@@ -313,7 +322,7 @@ func (c *Cluster) Join(ctx context.Context, n *Node, p admin.TicketParams) error
 	if err != nil {
 		return err
 	}
-	return c.boot(ctx, n, cfg)
+	return c.Start(ctx, n, cfg)
 }
 
 // Ticket mints a join ticket as the owner.
