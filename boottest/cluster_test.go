@@ -115,8 +115,9 @@ func strangerCert(t *testing.T) (string, string) {
 }
 
 // TestCluster bootstraps a node through fw_cfg, uses it from the host as
-// its owner, checks that strangers are refused, and reboots it into the
-// same cluster with its data.
+// its owner (etcd and the node API), checks that strangers are refused,
+// and reboots it through its API, following its log, into the same
+// cluster with its data and the log of the boot before.
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	config := owner(t)
@@ -124,8 +125,10 @@ func TestCluster(t *testing.T) {
 	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "test", "--out", cfgFile)
 	img := nodeImage(t, cmdline.PoweroffOnFatal)
 	state := t.TempDir()
-	port := freePort(t)
-	opts := qemu.Options{Image: img, StateDir: state, FwCfg: cfgFile, Forwards: []qemu.Forward{{Host: port, Guest: 2379}}}
+	port, apiPort := freePort(t), freePort(t)
+	api := "127.0.0.1:" + strconv.Itoa(apiPort)
+	opts := qemu.Options{Image: img, StateDir: state, FwCfg: cfgFile,
+		Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: apiPort, Guest: 7835}}}
 	vm := boot(t, opts)
 	expect(t, vm, bootTimeout, "borough: enrolment config source=\"fw_cfg opt/borough/enrolment\" cluster=test",
 		"borough: state New -> CreatingCluster", "borough: cluster created", "borough: state CreatingCluster -> Running", running)
@@ -159,11 +162,13 @@ func TestCluster(t *testing.T) {
 		t.Errorf("status printed:\n%s", out)
 	}
 
-	if err := vm.CtrlAltDel(); err != nil {
-		t.Fatal(err)
-	}
+	checkNodeAPI(t, config, api, fingerprint(t, vm), "test")
+	followed := followReboot(t, config, api)
+	contains(t, "the log followed through a reboot", followed, "node-api: the owner asked for a reboot", "node: stopping services")
 	expect(t, vm, stepTimeout, "borough: rebooting")
 	expect(t, vm, bootTimeout, unlocked, "borough: state New -> Restarting", "borough: state Restarting -> Running", running)
+	contains(t, "the previous boot's log", cli(t, "--config", config, "logs", api, "--boot", "-1"),
+		"node: node running", "node-api: the owner asked for a reboot", "node: stopping services")
 	c = client(t, env, env["ETCDCTL_CERT"], env["ETCDCTL_KEY"])
 	ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -23,13 +23,27 @@ import (
 	"github.com/borough-os/borough/internal/tpm"
 )
 
+// bootEnv is what bringUp works with.
+type bootEnv struct {
+	log      *slog.Logger
+	params   cmdline.Params
+	st       *storage.Storage
+	tpm      *tpm.TPM
+	hw       hardware.Report
+	timeline *timeline.Timeline
+	logs     *logs
+	// requests takes the node API's reboot and power-off requests.
+	requests chan<- int
+}
+
 // bringUp reads the enrolment config, brings up the network, checks a
 // join ticket with the cluster, mounts the data volume, and returns the
 // node's services. A bad enrolment config, network or ticket puts the
-// node in Failed before the data partition is touched: it then runs no
-// node services. An error is fatal.
-func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tpm.TPM, hw hardware.Report,
-	tl *timeline.Timeline) ([]supervisor.Service, error) {
+// node in Failed before the data partition is touched: it then runs only
+// the network and the node API, so that the owner can read why. An error
+// is fatal.
+func bringUp(b bootEnv) ([]supervisor.Service, error) {
+	log, params, st, t, hw, tl := b.log, b.params, b.st, b.tpm, b.hw, b.timeline
 	mgr := cluster.New(log)
 	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {
@@ -44,6 +58,11 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 		return nil, nil
 	}
 	tl.Mark(timeline.Network)
+	failed := []supervisor.Service{{Name: "network", Run: net.Run}}
+	api := apiService(log, enrol, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil}, b.requests)
+	if api != nil {
+		failed = append(failed, *api)
+	}
 	ntpServers := enrol.NTPServers
 	if len(ntpServers) == 0 {
 		ntpServers = net.NTPServers()
@@ -53,12 +72,12 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 	if st.Fresh() {
 		if err := enrol.CheckClock(time.Now()); err != nil {
 			mgr.Fail(fmt.Errorf("enrolment config from %s: %w", enrol.Source, err))
-			return []supervisor.Service{{Name: "network", Run: net.Run}}, nil
+			return failed, nil
 		}
 	}
 	if err := mgr.Preflight(ctx, storage.ESPRoot, enrol); err != nil {
 		mgr.Fail(err)
-		return []supervisor.Service{{Name: "network", Run: net.Run}}, nil
+		return failed, nil
 	}
 	keys, err := clusterKeys(ctx, log, t, enrol.StoragePolicy)
 	if err != nil {
@@ -83,13 +102,12 @@ func bringUp(log *slog.Logger, params cmdline.Params, st *storage.Storage, t *tp
 		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot,
 		Pause: pauseHook(log, params, "join"), Keys: keys, Timeline: tl,
 	})
-	return []supervisor.Service{
-		{Name: "network", Run: net.Run},
-		{Name: "time", Run: func(ctx context.Context) error {
+	return append(failed, b.logs.journalService(),
+		supervisor.Service{Name: "time", Run: func(ctx context.Context) error {
 			return timesync.Run(ctx, supervisor.Logger(ctx), ntpServers)
 		}},
-		{Name: "cluster", Run: mgr.Run},
-	}, nil
+		supervisor.Service{Name: "cluster", Run: mgr.Run},
+	), nil
 }
 
 // withoutDrivers adds the network controllers without a driver to a

@@ -2,12 +2,13 @@
 //
 // Process 1 (init/) starts it from a verified copy of the ESP's node
 // binary, once the pseudo-filesystems are mounted. It opens every console
-// for the log, reads the kernel command line once, mounts the ESP and the
+// for the log, which it also keeps in a log tree for the owner's node API
+// (and, once the data volume is mounted, in a journal of the last boots), reads the kernel command line once, mounts the ESP and the
 // encrypted data volume (internal/storage), reads the enrolment config,
 // brings up the network and runs the node's services, the cluster manager
 // among them, under a supervisor until a service fails fatally or a
-// power-off or reboot is requested (power button, SIGTERM, or Ctrl-Alt-Del
-// as SIGINT, forwarded by process 1). It then stops the services, unmounts
+// power-off or reboot is requested (power button, the node API, SIGTERM,
+// or Ctrl-Alt-Del as SIGINT, forwarded by process 1). It then stops the services, unmounts
 // storage, syncs, and exits with the code that tells process 1 what to do.
 package main
 
@@ -59,7 +60,8 @@ func main() {
 
 // node runs the node process and returns its exit code for process 1.
 func node() int {
-	log := slog.New(console.NewHandler(console.Open(os.Stderr)))
+	lg := newLogs()
+	log := slog.New(console.NewHandler(console.Open(os.Stderr)).WithSink(lg.sink, slog.LevelDebug))
 	params, err := cmdline.Read()
 	if err != nil {
 		return fatal(log, err)
@@ -91,11 +93,12 @@ func node() int {
 	}
 	refreshSeed := entropy.Seed(log.With(console.ServiceKey, "entropy"), storage.ESPRoot, generator(t))
 	go refreshSeed()
-	services, err := bringUp(log, params, st, t, hw, tl)
+	requests := make(chan int, 1)
+	services, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg, requests: requests})
 	if err := errors.Join(err, capPCRs(log, t)); err != nil {
 		return fatal(log, err)
 	}
-	return closeAndExit(log, st, run(log, params, st, services))
+	return closeAndExit(log, st, run(log, params, st, requests, append(services, lg.kernel())))
 }
 
 // closeAndExit unmounts storage, syncs and returns code for process 1.
@@ -153,10 +156,9 @@ func reportHardware(log *slog.Logger) hardware.Report {
 
 // run supervises the node's services (with the power button and test
 // hooks) and returns the exit code for process 1 once they have stopped.
-func run(log *slog.Logger, params cmdline.Params, st *storage.Storage, node []supervisor.Service) int {
+func run(log *slog.Logger, params cmdline.Params, st *storage.Storage, requests chan int, node []supervisor.Service) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	requests := make(chan int, 1)
 	go watchSignals(log, requests)
 
 	services := []supervisor.Service{powerButton(requests)}

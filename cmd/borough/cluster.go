@@ -77,7 +77,7 @@ func mintTicket(stdout io.Writer, node string, f ticketFlags) error {
 }
 
 func nodeCommand() *cobra.Command {
-	c := &cobra.Command{Use: "node", Short: "Manage a cluster's nodes"}
+	c := &cobra.Command{Use: "node", Short: "Manage a cluster's nodes, and see and power one through its node API"}
 	var fingerprint string
 	rm := &cobra.Command{
 		Use:   "remove NODE NAME",
@@ -94,6 +94,7 @@ fresh disk) to join again.`,
 	}
 	rm.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
 	c.AddCommand(rm)
+	c.AddCommand(nodeAPICommands()...)
 	return c
 }
 

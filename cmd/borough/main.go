@@ -1,7 +1,7 @@
 // Command borough is Borough's host tool: it builds and signs images, boots
 // them in QEMU (one node or a cluster), writes enrolment configs and join
-// tickets, and talks to a cluster as its owner (status, node removal,
-// recovery).
+// tickets, talks to a cluster as its owner (status, node removal,
+// recovery), and to one node through its node API (logs, info, reboot).
 //
 // Every subcommand lives in its own file. The whole CLI runs in-process
 // through run, with arguments and output injected, so tests call it
@@ -52,6 +52,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&configDir, "config", defaultConfigDir(), "directory of the owner's identity and pinned cluster CAs")
 	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand(), ownerCommand(), enrolmentCommand(),
-		etcdCommand(), statusCommand(), clusterCommand(), nodeCommand(), secureBootCommand())
+		etcdCommand(), statusCommand(), clusterCommand(), nodeCommand(), logsCommand(), secureBootCommand())
 	return root.Execute()
 }

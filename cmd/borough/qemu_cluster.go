@@ -16,9 +16,9 @@ import (
 )
 
 type clusterFlags struct {
-	nodes, mem, basePort int
-	image, state, name   string
-	tpm                  bool
+	nodes, mem, basePort, apiPort int
+	image, state, name            string
+	tpm                           bool
 }
 
 func qemuClusterCommand() *cobra.Command {
@@ -43,6 +43,7 @@ run it again with the same --state and the cluster restarts.`,
 	c.Flags().StringVar(&f.state, "state", "out/cluster", "directory of the nodes' disks and VM state")
 	c.Flags().StringVar(&f.name, "cluster", "borough", "the cluster's name")
 	c.Flags().IntVar(&f.basePort, "base-port", 2379, "host port of node 1's client port; node i gets base-port+i-1")
+	c.Flags().IntVar(&f.apiPort, "api-port", 7835, "host port of node 1's node API; node i gets api-port+i-1")
 	c.Flags().IntVar(&f.mem, "mem", 1024, "memory per VM, MiB")
 	c.Flags().BoolVar(&f.tpm, "tpm", false, "give every node a TPM 2.0 (swtpm)")
 	return c
@@ -50,9 +51,10 @@ run it again with the same --state and the cluster restarts.`,
 
 func runCluster(cmd *cobra.Command, f clusterFlags) error {
 	stderr := cmd.ErrOrStderr()
-	ports := make([]int, f.nodes)
+	ports, apiPorts := make([]int, f.nodes), make([]int, f.nodes)
 	for i := range ports {
 		ports[i] = f.basePort + i
+		apiPorts[i] = f.apiPort + i
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -67,7 +69,7 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 	}()
 	c, err := multinode.Launch(ctx, multinode.Options{
 		Nodes: f.nodes, Image: f.image, StateDir: f.state, Cluster: f.name, TPM: f.tpm, MemoryMiB: f.mem,
-		OwnerCert: ownerCertPath(), OwnerKey: ownerKeyPath(), ClientPorts: ports,
+		OwnerCert: ownerCertPath(), OwnerKey: ownerKeyPath(), ClientPorts: ports, APIPorts: apiPorts,
 		Console: func(i int) io.Writer { return consoles[i] },
 		Logf:    func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) },
 	})
@@ -90,6 +92,9 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 	}
 	fmt.Fprintf(stderr, "cluster running (CA %s); consoles in %s/node*/console.log; Ctrl-C powers every node off\n",
 		c.Fingerprint, f.state)
+	for _, n := range c.Nodes {
+		fmt.Fprintf(stderr, "node%d's API: borough logs %s --fingerprint %s\n", n.Index+1, n.API(), c.Fingerprint)
+	}
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "powering the cluster off")
 	return c.PowerOff(time.Minute)

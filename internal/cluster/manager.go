@@ -81,6 +81,9 @@ type Manager struct {
 	log *slog.Logger
 	cfg Config
 	m   machine
+	// names is the node's record once known, for Status; guarded by
+	// m.mu.
+	names Record
 }
 
 // New returns a manager for a node in state New. log is the node's root
@@ -122,6 +125,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 		mg.m.fail(err)
 		return nil
 	}
+	mg.setNames(rec)
 	mg.mark(timeline.EtcdReady)
 	role, err := mg.awaitRole(ctx, c)
 	if err != nil {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 )
 
 // State is where the node is on its way into a cluster.
@@ -29,13 +30,25 @@ var transitions = map[State][]State{
 
 // machine holds the node's state and logs every transition.
 type machine struct {
-	state State
-	log   *slog.Logger
+	log *slog.Logger
+
+	mu      sync.Mutex
+	state   State
+	failure string
+}
+
+// current returns the state and, in Failed, the reason.
+func (m *machine) current() (State, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state, m.failure
 }
 
 // to moves to next, logging "state A -> B". A transition the diagram does
 // not allow is a programming error.
 func (m *machine) to(next State) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, s := range transitions[m.state] {
 		if s == next {
 			m.log.Info(fmt.Sprintf("state %s -> %s", m.state, next))
@@ -50,8 +63,11 @@ func (m *machine) to(next State) {
 // (at info level, so that the line reads exactly so; the transition
 // before it says the node failed).
 func (m *machine) fail(reason error) {
-	if m.state != StateFailed {
+	if state, _ := m.current(); state != StateFailed {
 		m.to(StateFailed)
 	}
+	m.mu.Lock()
+	m.failure = reason.Error()
+	m.mu.Unlock()
 	m.log.Info("node failed: " + reason.Error())
 }

@@ -150,7 +150,7 @@ func (c Config) embed() *embed.Config {
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = "1h"
 	ec.Logger = "zap"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(c.Log.With("service", "etcd"), zapcore.WarnLevel))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(c.Log.With("service", "etcd"), zapcore.InfoLevel))
 	return ec
 }
 

@@ -10,7 +10,9 @@ import (
 
 // zapLogger returns a zap logger whose entries at minLevel and above go to
 // log, so that etcd's log joins the node's instead of going raw to the
-// console.
+// console. etcd's info entries come at slog's debug level: there are many
+// of them, and the node's log tree keeps them while the console, at info,
+// does not print them.
 func zapLogger(log *slog.Logger, minLevel zapcore.Level) *zap.Logger {
 	return zap.New(&slogCore{log: log, min: minLevel})
 }
@@ -22,7 +24,9 @@ type slogCore struct {
 	fields []zapcore.Field
 }
 
-func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.min }
+func (c *slogCore) Enabled(l zapcore.Level) bool {
+	return l >= c.min && c.log.Enabled(context.Background(), level(l))
+}
 
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
 	return &slogCore{log: c.log, min: c.min, fields: append(append([]zapcore.Field{}, c.fields...), fields...)}
@@ -56,8 +60,6 @@ func level(l zapcore.Level) slog.Level {
 		return slog.LevelError
 	case l >= zapcore.WarnLevel:
 		return slog.LevelWarn
-	case l >= zapcore.InfoLevel:
-		return slog.LevelInfo
 	}
 	return slog.LevelDebug
 }

@@ -22,16 +22,34 @@ const ServiceKey = "service"
 //	[   12.345678] borough: <service>: <message> key=value ...
 //
 // The time is seconds since boot (CLOCK_BOOTTIME), as the kernel prints it.
-// Records below Level are dropped.
+// Records below Level are not printed. A handler with a sink (WithSink)
+// also gives it every record at the sink's level and above, formatted the
+// same way: the node's log tree keeps more than the console shows.
 type Handler struct {
-	w       io.Writer
-	mu      *sync.Mutex
-	level   slog.Leveler
-	service string
-	attrs   string
-	group   string
-	since   func() time.Duration
+	w         io.Writer
+	mu        *sync.Mutex
+	level     slog.Leveler
+	sink      Sink
+	sinkLevel slog.Level
+	service   string
+	attrs     string
+	group     string
+	since     func() time.Duration
 }
+
+// Record is a formatted record, for a Sink.
+type Record struct {
+	Time      time.Time
+	SinceBoot time.Duration
+	// Service is the record's service, "" for the node's own records.
+	Service string
+	Level   slog.Level
+	// Text is the message and its attributes, as the console prints them.
+	Text string
+}
+
+// Sink takes every record of a handler at its level and above.
+type Sink func(Record)
 
 // NewHandler returns a Handler writing to w at level Info and above.
 func NewHandler(w io.Writer) *Handler {
@@ -47,18 +65,23 @@ func sinceBoot() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
+// WithSink returns a handler that also gives sink every record at level
+// and above.
+func (h *Handler) WithSink(sink Sink, level slog.Level) *Handler {
+	c := *h
+	c.sink, c.sinkLevel = sink, level
+	return &c
+}
+
 // Enabled implements slog.Handler.
 func (h *Handler) Enabled(_ context.Context, l slog.Level) bool {
-	return l >= h.level.Level()
+	return l >= h.level.Level() || (h.sink != nil && l >= h.sinkLevel)
 }
 
 // Handle implements slog.Handler.
 func (h *Handler) Handle(_ context.Context, r slog.Record) error {
+	since := h.since()
 	var b strings.Builder
-	fmt.Fprintf(&b, "[%12.6f] borough: ", h.since().Seconds())
-	if h.service != "" {
-		b.WriteString(h.service + ": ")
-	}
 	switch {
 	case r.Level >= slog.LevelError:
 		b.WriteString("error: ")
@@ -71,10 +94,20 @@ func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 		writeAttr(&b, h.group, a)
 		return true
 	})
-	b.WriteByte('\n')
+	text := b.String()
+	if h.sink != nil && r.Level >= h.sinkLevel {
+		h.sink(Record{Time: r.Time, SinceBoot: since, Service: h.service, Level: r.Level, Text: text})
+	}
+	if r.Level < h.level.Level() {
+		return nil
+	}
+	prefix := fmt.Sprintf("[%12.6f] borough: ", since.Seconds())
+	if h.service != "" {
+		prefix += h.service + ": "
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, err := io.WriteString(h.w, b.String())
+	_, err := io.WriteString(h.w, prefix+text+"\n")
 	return err
 }
 

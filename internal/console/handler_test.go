@@ -2,9 +2,11 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -37,6 +39,39 @@ func TestHandler(t *testing.T) {
 			tc.log(slog.New(h))
 			if got := buf.String(); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSink(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		log     func(*slog.Logger)
+		console string
+		sunk    []Record
+	}{
+		{"printed and sunk", func(l *slog.Logger) { l.With(ServiceKey, "storage").Warn("slow", "disk", "vda") },
+			"[    1.500000] borough: storage: warning: slow disk=vda\n",
+			[]Record{{SinceBoot: 1500 * time.Millisecond, Service: "storage", Level: slog.LevelWarn, Text: "warning: slow disk=vda"}}},
+		{"debug sunk, not printed", func(l *slog.Logger) { l.With(ServiceKey, "etcd").Debug("applied", "index", 7) },
+			"", []Record{{SinceBoot: 1500 * time.Millisecond, Service: "etcd", Level: slog.LevelDebug, Text: "applied index=7"}}},
+		{"below the sink's level", func(l *slog.Logger) { l.Log(context.Background(), slog.LevelDebug-4, "trace") }, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			var sunk []Record
+			h := NewHandler(&buf)
+			h.since = func() time.Duration { return 1500 * time.Millisecond }
+			tc.log(slog.New(h.WithSink(func(r Record) {
+				r.Time = time.Time{}
+				sunk = append(sunk, r)
+			}, slog.LevelDebug)))
+			if got := buf.String(); got != tc.console {
+				t.Errorf("console got %q, want %q", got, tc.console)
+			}
+			if !reflect.DeepEqual(sunk, tc.sunk) {
+				t.Errorf("sink got %+v, want %+v", sunk, tc.sunk)
 			}
 		})
 	}

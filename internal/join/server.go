@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/httpsserve"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
@@ -58,35 +58,19 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("join endpoint: loading the node certificate: %w", err)
 	}
-	addr := s.Addr
-	if addr == "" {
-		addr = ":" + strconv.Itoa(Port)
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("join endpoint: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pathCheck, s.handle(s.check))
 	mux.HandleFunc("POST "+pathJoin, s.handle(s.join))
 	mux.HandleFunc("POST "+pathStatus, s.status)
-	srv := &http.Server{
+	e := httpsserve.Endpoint{
+		Name:    "join endpoint",
 		Handler: mux,
 		// A node asking for its status presents its certificate, which
 		// status checks itself; joining nodes have none.
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
+		TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
 			ClientAuth: tls.RequestClientCert},
-		ReadHeaderTimeout: 10 * time.Second,
 	}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	err = srv.ServeTLS(l, "", "")
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("join endpoint: %w", err)
+	return e.ListenAndServe(ctx, s.Addr, Port)
 }
 
 // Refusal is a join request the cluster will not grant; asking again will

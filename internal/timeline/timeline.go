@@ -60,9 +60,10 @@ type Timeline struct {
 }
 
 // New returns an empty timeline on the kernel's clock.
-func New() *Timeline { return &Timeline{now: sinceBoot} }
+func New() *Timeline { return &Timeline{now: SinceBoot} }
 
-func sinceBoot() time.Duration {
+// SinceBoot reads the kernel's CLOCK_BOOTTIME, the clock of every mark.
+func SinceBoot() time.Duration {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
 		return 0

@@ -5,6 +5,7 @@ import (
 	"debug/pe"
 	"encoding/binary"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -106,5 +107,38 @@ func TestChecksum(t *testing.T) {
 	b = []byte{0xff, 0xff, 0x02, 0x00}
 	if got, want := Checksum(b, 100), uint32(0x0002+4); got != want {
 		t.Errorf("Checksum with carry = %#x, want %#x", got, want)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	stub := readStub(t)
+	for _, tc := range []struct {
+		name, osrel, want, err string
+	}{
+		{"quoted", "NAME=Borough\nVERSION_ID=\"1.2.3\"\n", "1.2.3", ""},
+		{"bare", "VERSION_ID=dev", "dev", ""},
+		{"none", "NAME=Borough\n", "", "has no VERSION_ID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := Build(stub, Section{SectionOSRel, []byte(tc.osrel)}, Section{SectionLinux, []byte{1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "boot.efi")
+			os.WriteFile(path, out, 0o644)
+			got, err := Version(path)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Version = %q, %v; want %q", got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("Version = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	if _, err := Version(filepath.Join(t.TempDir(), "missing.efi")); err == nil {
+		t.Error("Version of a missing file succeeded")
 	}
 }

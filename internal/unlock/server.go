@@ -10,12 +10,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/escrow"
+	"github.com/borough-os/borough/internal/httpsserve"
 	"github.com/borough-os/borough/proto/unlockpb"
 )
 
@@ -40,22 +39,19 @@ type Server struct {
 
 // Run serves on Addr until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	addr := s.Addr
-	if addr == "" {
-		addr = ":" + strconv.Itoa(Port)
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("unlock responder: %w", err)
-	}
-	return s.Serve(ctx, l)
+	return s.endpoint().ListenAndServe(ctx, s.Addr, Port)
 }
 
 // Serve serves on l until ctx ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{
+	return s.endpoint().Serve(ctx, l)
+}
+
+func (s *Server) endpoint() httpsserve.Endpoint {
+	return httpsserve.Endpoint{
+		Name:    "unlock responder",
 		Handler: s.Handler(),
-		TLSConfig: &tls.Config{
+		TLS: &tls.Config{
 			Certificates: []tls.Certificate{s.Identity.Cert},
 			MinVersion:   tls.VersionTLS13,
 			ClientAuth:   tls.RequireAnyClientCert,
@@ -66,18 +62,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 				return err
 			},
 		},
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelDebug),
+		Log: s.Log,
 	}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	err := srv.ServeTLS(l, "", "")
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("unlock responder: %w", err)
 }
 
 // Handler answers share requests on a TLS connection whose client

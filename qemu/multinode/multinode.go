@@ -40,6 +40,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/qemu"
@@ -74,6 +75,8 @@ type Options struct {
 	// ClientPorts are the host ports forwarded to each node's client
 	// port; missing ones are picked free.
 	ClientPorts []int
+	// APIPorts are the host ports forwarded to each node's API, likewise.
+	APIPorts []int
 	// TestParams, if set, are passed to every boot (see qemu.Options).
 	TestParams string
 	// Console, if set, receives node i's serial console.
@@ -100,10 +103,10 @@ type Node struct {
 	Index int
 	Name  string
 	VM    *qemu.VM
-	// ClientPort and PeerPort are the host's forwarded ports to the
-	// node's client and peer ports.
-	ClientPort, PeerPort int
-	LAN                  netip.Addr
+	// ClientPort, PeerPort and APIPort are the host's forwarded ports to
+	// the node's client, peer and node API ports.
+	ClientPort, PeerPort, APIPort int
+	LAN                           netip.Addr
 	// TestParams are passed to the node's next boots (qemu.Options).
 	TestParams string
 	// RunningAt is the time from QEMU's start to `node running`, and
@@ -115,6 +118,9 @@ type Node struct {
 
 // Endpoint is the node's client endpoint on the host.
 func (n *Node) Endpoint() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.ClientPort)) }
+
+// API is the host's address of n's node API.
+func (n *Node) API() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.APIPort)) }
 
 // state is what the state directory remembers between launches.
 type state struct {
@@ -208,10 +214,19 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Index: i, ClientPort: port, PeerPort: peer, LAN: netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)})}
+	api := 0
+	if i < len(c.opts.APIPorts) {
+		api = c.opts.APIPorts[i]
+	}
+	if api == 0 {
+		if api, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	n := &Node{Index: i, ClientPort: port, PeerPort: peer, APIPort: api, LAN: netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)})}
 	n.opts = qemu.Options{
 		Image: disk, StateDir: filepath.Join(dir, "vm"), TPM: c.opts.TPM, MemoryMiB: c.opts.MemoryMiB,
-		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: peer, Guest: 2380}},
+		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: peer, Guest: 2380}, {Host: api, Guest: nodeapi.Port}},
 		LAN:  &qemu.LAN{Hub: c.Hub.Path(), MAC: fmt.Sprintf("52:54:00:77:00:%02x", i+1)},
 		Logf: c.nodeLogf(i),
 	}

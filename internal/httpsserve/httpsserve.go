@@ -1,0 +1,67 @@
+// Package httpsserve runs the node's HTTPS endpoints (the join endpoint,
+// the unlock responder, the node API) the one way they all need: on a
+// listener of their own, with their TLS config, until the context ends,
+// with an error that names the endpoint. Each protocol keeps its own TLS
+// policy and handlers; this is only the serving.
+package httpsserve
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// readHeaderTimeout bounds a client that opens a connection and says
+// nothing.
+const readHeaderTimeout = 10 * time.Second
+
+// Endpoint is one HTTPS endpoint.
+type Endpoint struct {
+	// Name names the endpoint in errors ("join endpoint").
+	Name    string
+	Handler http.Handler
+	TLS     *tls.Config
+	// Log, if set, gets the server's own errors (bad handshakes) at
+	// debug level.
+	Log *slog.Logger
+}
+
+// ListenAndServe listens on addr, or on every address at port if addr is
+// empty, and serves until ctx ends.
+func (e Endpoint) ListenAndServe(ctx context.Context, addr string, port int) error {
+	if addr == "" {
+		addr = ":" + strconv.Itoa(port)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.Name, err)
+	}
+	return e.Serve(ctx, l)
+}
+
+// Serve serves on l until ctx ends, and then returns ctx's error.
+func (e Endpoint) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{
+		Handler:           e.Handler,
+		TLSConfig:         e.TLS,
+		ReadHeaderTimeout: readHeaderTimeout,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	if e.Log != nil {
+		srv.ErrorLog = slog.NewLogLogger(e.Log.Handler(), slog.LevelDebug)
+	}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	err := srv.ServeTLS(l, "", "")
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%s: %w", e.Name, err)
+}

@@ -1,0 +1,137 @@
+package nodeapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/proto/nodepb"
+)
+
+// Client calls one node's API as its owner.
+type Client struct {
+	// Addr is the node API's "host:port".
+	Addr  string
+	Owner tls.Certificate
+	// CA is the cluster CA the node's certificate must chain to (for the
+	// address in Addr). Nil with Unverified: any node is believed, for a
+	// node that failed before it had a certificate of its cluster.
+	CA         *x509.Certificate
+	Unverified bool
+}
+
+// requestTimeout bounds a request that is not a follow.
+const requestTimeout = 30 * time.Second
+
+func (c *Client) http(timeout time.Duration) (*http.Client, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{c.Owner}}
+	switch {
+	case c.CA != nil:
+		host, _, err := net.SplitHostPort(c.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("node API address %q: %w", c.Addr, err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		conf.RootCAs.AddCert(c.CA)
+		conf.ServerName = host
+	case c.Unverified:
+		conf.InsecureSkipVerify = true
+	default:
+		return nil, errors.New("nodeapi: a client needs the cluster CA or Unverified")
+	}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: conf}}, nil
+}
+
+// call posts req to path and returns the response, whose body the caller
+// closes; a refusal is an error with the node's reason.
+func (c *Client) call(ctx context.Context, timeout time.Duration, path string, req proto.Message) (*http.Response, error) {
+	hc, err := c.http(timeout)
+	if err != nil {
+		return nil, err
+	}
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+c.Addr+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("node API at %s: %w", c.Addr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return nil, fmt.Errorf("node API at %s: %s", c.Addr, strings.TrimSpace(string(msg)))
+	}
+	return resp, nil
+}
+
+func (c *Client) unary(ctx context.Context, path string, req, resp proto.Message) error {
+	r, err := c.call(ctx, requestTimeout, path, req)
+	if err != nil {
+		return err
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("node API at %s: %w", c.Addr, err)
+	}
+	if err := proto.Unmarshal(b, resp); err != nil {
+		return fmt.Errorf("node API at %s: the answer: %w", c.Addr, err)
+	}
+	return nil
+}
+
+// Info returns what the node says about itself.
+func (c *Client) Info(ctx context.Context) (*nodepb.Info, error) {
+	var info nodepb.Info
+	return &info, c.unary(ctx, pathInfo, &nodepb.InfoRequest{}, &info)
+}
+
+// Power asks the node to reboot or power off.
+func (c *Client) Power(ctx context.Context, a nodepb.PowerRequest_Action) error {
+	return c.unary(ctx, pathPower, &nodepb.PowerRequest{Action: a}, &nodepb.PowerResponse{})
+}
+
+// Logs calls f with each entry req selects, and with follow each new one,
+// until the node ends the stream or ctx ends.
+func (c *Client) Logs(ctx context.Context, req *nodepb.LogsRequest, f func(*nodepb.LogEntry)) error {
+	timeout := requestTimeout
+	if req.GetFollow() {
+		timeout = 0
+	}
+	r, err := c.call(ctx, timeout, pathLogs, req)
+	if err != nil {
+		return err
+	}
+	defer r.Body.Close()
+	br := bufio.NewReader(r.Body)
+	for {
+		var e nodepb.LogEntry
+		err := protodelim.UnmarshalFrom(br, &e)
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("node API at %s: the log stream: %w", c.Addr, err)
+		}
+		f(&e)
+	}
+}

@@ -1,0 +1,201 @@
+package nodeapi
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/borough-os/borough/internal/logtree"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/nodepb"
+)
+
+// node is a node API on loopback with a cluster identity of its own CA.
+type node struct {
+	addr    string
+	ca      *pki.CA
+	owner   tls.Certificate
+	tree    *logtree.Tree
+	powered chan nodepb.PowerRequest_Action
+}
+
+func keyPair(c *pki.Cert) tls.Certificate {
+	return tls.Certificate{Certificate: [][]byte{c.Cert.Raw}, PrivateKey: c.Key, Leaf: c.Cert}
+}
+
+func startNode(t *testing.T, identity bool) *node {
+	t.Helper()
+	now := time.Now()
+	ca, err := pki.NewCA("test", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := pki.NewOwner("owner", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.Issue("node-1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{ca: ca, owner: keyPair(owner), tree: logtree.New(100), powered: make(chan nodepb.PowerRequest_Action, 1)}
+	kp := keyPair(cert)
+	kp.Certificate = append(kp.Certificate, ca.Cert.Raw)
+	s := &Server{
+		Owner: owner.Cert,
+		Identity: func() (*tls.Certificate, error) {
+			if !identity {
+				return nil, net.ErrClosed
+			}
+			return &kp, nil
+		},
+		Logs:  n.tree,
+		Info:  func() *nodepb.Info { return &nodepb.Info{State: "Running", Version: "v1"} },
+		Power: func(a nodepb.PowerRequest_Action) { n.powered <- a },
+		Log:   slog.New(slog.DiscardHandler),
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.addr = l.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, l) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return n
+}
+
+func (n *node) client(kp tls.Certificate) *Client {
+	return &Client{Addr: n.addr, Owner: kp, CA: n.ca.Cert}
+}
+
+func TestAccess(t *testing.T) {
+	stranger, _ := pki.NewOwner("owner", time.Now())
+	otherCA, _ := pki.NewCA("test", time.Now())
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		identity bool
+		client   func(n *node) *Client
+		err      string
+	}{
+		{"the owner, node verified", true, func(n *node) *Client { return n.client(n.owner) }, ""},
+		{"a stranger with the owner's name", true, func(n *node) *Client { return n.client(keyPair(stranger)) }, "certificate"},
+		{"no certificate", true, func(n *node) *Client { return n.client(tls.Certificate{}) }, "certificate"},
+		{"a node of another CA", true, func(n *node) *Client {
+			c := n.client(n.owner)
+			c.CA = otherCA.Cert
+			return c
+		}, "certificate signed by unknown authority"},
+		{"a node without a cluster, verified", false, func(n *node) *Client { return n.client(n.owner) }, "failed to verify certificate"},
+		{"a node without a cluster, unverified", false, func(n *node) *Client {
+			return &Client{Addr: n.addr, Owner: n.owner, Unverified: true}
+		}, ""},
+		{"neither CA nor unverified", true, func(n *node) *Client { return &Client{Addr: n.addr, Owner: n.owner} }, "needs the cluster CA"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startNode(t, tc.identity)
+			info, err := tc.client(n).Info(ctx)
+			if tc.err == "" {
+				if err != nil || info.GetState() != "Running" {
+					t.Fatalf("Info = %v, %v", info, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("Info = %v, want an error with %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestLogs(t *testing.T) {
+	n := startNode(t, true)
+	c := n.client(n.owner)
+	n.tree.Append(logtree.Entry{Time: time.Now(), Service: "storage", Text: "data volume unlocked"})
+	n.tree.Append(logtree.Entry{Time: time.Now(), Service: "cluster/etcd", Text: "ready"})
+	for _, tc := range []struct {
+		name string
+		req  *nodepb.LogsRequest
+		want string
+		err  string
+	}{
+		{"all", &nodepb.LogsRequest{}, "data volume unlocked,ready", ""},
+		{"one service", &nodepb.LogsRequest{Service: "cluster"}, "ready", ""},
+		{"since later", &nodepb.LogsRequest{SinceUnixNano: time.Now().Add(time.Hour).UnixNano()}, "", ""},
+		{"an earlier boot, no journal", &nodepb.LogsRequest{Boot: -1}, "", "no log of earlier boots"},
+		{"follow an earlier boot", &nodepb.LogsRequest{Boot: -1, Follow: true}, "", "only the current boot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			err := c.Logs(context.Background(), tc.req, func(e *nodepb.LogEntry) { got = append(got, e.GetText()) })
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Logs = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || strings.Join(got, ",") != tc.want {
+				t.Errorf("Logs = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestFollow(t *testing.T) {
+	n := startNode(t, true)
+	n.tree.Append(logtree.Entry{Time: time.Now(), Service: "node", Text: "before"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- n.client(n.owner).Logs(ctx, &nodepb.LogsRequest{Follow: true, Service: "node"},
+			func(e *nodepb.LogEntry) { got <- e.GetText() })
+	}()
+	if s := <-got; s != "before" {
+		t.Errorf("first followed line %q", s)
+	}
+	n.tree.Append(logtree.Entry{Time: time.Now(), Service: "etcd", Text: "not followed"})
+	n.tree.Append(logtree.Entry{Time: time.Now(), Service: "node", Text: "after"})
+	select {
+	case s := <-got:
+		if s != "after" {
+			t.Errorf("followed %q, want after", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a new line did not reach the follower")
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("a cancelled follow returned nil")
+	}
+}
+
+func TestPower(t *testing.T) {
+	n := startNode(t, true)
+	c := n.client(n.owner)
+	if err := c.Power(context.Background(), nodepb.PowerRequest_ACTION_REBOOT); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-n.powered; a != nodepb.PowerRequest_ACTION_REBOOT {
+		t.Errorf("powered %v", a)
+	}
+	err := c.Power(context.Background(), nodepb.PowerRequest_ACTION_UNSPECIFIED)
+	if err == nil || !strings.Contains(err.Error(), "want reboot or power-off") {
+		t.Errorf("an unspecified action: %v", err)
+	}
+	select {
+	case a := <-n.powered:
+		t.Errorf("an unspecified action powered %v", a)
+	default:
+	}
+}

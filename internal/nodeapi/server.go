@@ -1,0 +1,190 @@
+// Package nodeapi is the node's API for its owner: its log (read and
+// followed), what it is (version, state, boot timeline, hardware), and
+// reboot and power-off.
+//
+// It is HTTPS with protobuf bodies (proto/node.proto), like the unlock and
+// join protocols, on a port of its own (Port), rather than gRPC: the node
+// has no other gRPC service, and one log stream is a chunked response of
+// length-delimited entries. TLS 1.3; the client must present the owner's
+// certificate of the node's enrolment config, byte for byte, as the etcd
+// client port requires: nobody else reads a node's log, which says what it
+// does, or powers it off. The node presents its certificate of the cluster
+// CA once it has one, so the owner checks it against the CA pinned by
+// fingerprint; a node that failed before it had one (a bad join ticket, a
+// clock it cannot trust) presents a self-signed certificate made at boot,
+// and still answers its owner, who can then read why it failed.
+//
+// A node without an owner runs no API: nobody could use it.
+package nodeapi
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/httpsserve"
+	"github.com/borough-os/borough/internal/logtree"
+	"github.com/borough-os/borough/proto/nodepb"
+)
+
+// Port is the node API's TCP port.
+const Port = 7835
+
+// Paths of the requests.
+const (
+	pathLogs  = "/v1/logs"
+	pathInfo  = "/v1/info"
+	pathPower = "/v1/power"
+)
+
+// maxBody bounds a request.
+const maxBody = 4 << 10
+
+// Server is the node API of one node.
+type Server struct {
+	// Owner is the one certificate the API accepts.
+	Owner *x509.Certificate
+	// Identity returns the certificate to present, or an error to present
+	// a self-signed one.
+	Identity func() (*tls.Certificate, error)
+	Logs     *logtree.Tree
+	// Journal, if set, has the log of earlier boots.
+	Journal *logtree.Journal
+	// Info returns what the node says about itself.
+	Info func() *nodepb.Info
+	// Power is called once a power request is answered.
+	Power func(nodepb.PowerRequest_Action)
+	Log   *slog.Logger
+	// Addr is the address to listen on; empty means every address, on
+	// Port.
+	Addr string
+}
+
+// Run serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	e, err := s.endpoint()
+	if err != nil {
+		return err
+	}
+	return e.ListenAndServe(ctx, s.Addr, Port)
+}
+
+// Serve serves on l until ctx ends.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	e, err := s.endpoint()
+	if err != nil {
+		return err
+	}
+	return e.Serve(ctx, l)
+}
+
+func (s *Server) endpoint() (httpsserve.Endpoint, error) {
+	config, err := s.tlsConfig()
+	return httpsserve.Endpoint{Name: "node API", Handler: s.Handler(), TLS: config, Log: s.Log}, err
+}
+
+// errNotOwner refuses a client at the handshake.
+var errNotOwner = errors.New("the node API accepts its owner's certificate only")
+
+func (s *Server) tlsConfig() (*tls.Config, error) {
+	fallback, err := selfSigned(time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		ClientAuth: tls.RequireAnyClientCert,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if cert, err := s.Identity(); err == nil {
+				return cert, nil
+			}
+			return fallback, nil
+		},
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !s.Owner.Equal(parse(raw[0])) {
+				return errNotOwner
+			}
+			return nil
+		},
+	}, nil
+}
+
+func parse(der []byte) *x509.Certificate {
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return &x509.Certificate{}
+	}
+	return c
+}
+
+// Handler answers requests on connections whose client Serve's TLS
+// config has checked.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+pathLogs, s.logs)
+	mux.HandleFunc("POST "+pathInfo, s.info)
+	mux.HandleFunc("POST "+pathPower, s.power)
+	return mux
+}
+
+// read decodes r's body into m, answering a bad request itself.
+func read(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err == nil {
+		err = proto.Unmarshal(body, m)
+	}
+	if err != nil {
+		http.Error(w, fmt.Sprintf("not a %s: %v", m.ProtoReflect().Descriptor().Name(), err), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, m proto.Message) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_, _ = w.Write(b)
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) {
+	var req nodepb.InfoRequest
+	if read(w, r, &req) {
+		reply(w, s.Info())
+	}
+}
+
+func (s *Server) power(w http.ResponseWriter, r *http.Request) {
+	var req nodepb.PowerRequest
+	if !read(w, r, &req) {
+		return
+	}
+	if a := req.GetAction(); a != nodepb.PowerRequest_ACTION_REBOOT && a != nodepb.PowerRequest_ACTION_POWEROFF {
+		http.Error(w, fmt.Sprintf("power action %v: want reboot or power-off", a), http.StatusBadRequest)
+		return
+	}
+	s.Log.Info("the owner asked for " + actionName(req.GetAction()))
+	reply(w, &nodepb.PowerResponse{})
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	s.Power(req.GetAction())
+}
+
+func actionName(a nodepb.PowerRequest_Action) string {
+	if a == nodepb.PowerRequest_ACTION_REBOOT {
+		return "a reboot"
+	}
+	return "a power-off"
+}

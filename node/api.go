@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/console"
+	"github.com/borough-os/borough/internal/efivar"
+	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/hardware"
+	"github.com/borough-os/borough/internal/kmsg"
+	"github.com/borough-os/borough/internal/logtree"
+	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/pid1"
+	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/internal/supervisor"
+	"github.com/borough-os/borough/internal/timeline"
+	"github.com/borough-os/borough/internal/uki"
+	"github.com/borough-os/borough/proto/nodepb"
+)
+
+// The log tree's and journal's bounds: about 2048 × 5 services of a few
+// hundred bytes in memory, and 8 MiB × 5 boots on the data volume.
+const (
+	logsPerService = 2048
+	journalBoots   = 5
+	journalBytes   = 8 << 20
+)
+
+// logs is the node's log: the tree in memory and the journal of the
+// last boots.
+type logs struct {
+	tree    *logtree.Tree
+	journal *logtree.Journal
+}
+
+func newLogs() *logs {
+	return &logs{
+		tree:    logtree.New(logsPerService),
+		journal: &logtree.Journal{Dir: filepath.Join(storage.DataRoot, "borough", "logs"), Keep: journalBoots, MaxBytes: journalBytes},
+	}
+}
+
+// sink feeds the console handler's records, debug and up, to the tree.
+func (l *logs) sink(r console.Record) {
+	service := r.Service
+	if service == "" {
+		service = "node"
+	}
+	l.tree.Append(logtree.Entry{Time: r.Time, SinceBoot: r.SinceBoot, Service: service, Level: r.Level, Text: r.Text})
+}
+
+// kernel feeds the kernel's log to the tree.
+func (l *logs) kernel() supervisor.Service {
+	return supervisor.Service{Name: "kernel-log", Run: func(ctx context.Context) error {
+		boot := time.Now().Add(-timeline.SinceBoot())
+		return kmsg.Follow(ctx, kmsg.Path, func(r kmsg.Record) {
+			l.tree.Append(logtree.Entry{Time: boot.Add(r.SinceBoot), SinceBoot: r.SinceBoot, Service: "kernel",
+				Level: r.Level, Text: r.Text})
+		})
+	}}
+}
+
+// journalService writes this boot's log to the data volume, once mounted.
+func (l *logs) journalService() supervisor.Service {
+	return supervisor.Service{Name: "journal", Run: func(ctx context.Context) error {
+		return l.journal.Run(ctx, l.tree)
+	}}
+}
+
+// apiService is the node API for the owner of enrol; nil for a cluster
+// without an owner.
+func apiService(log *slog.Logger, enrol *enrolment.Enrolment, mgr *cluster.Manager, lg *logs, about about,
+	requests chan<- int) *supervisor.Service {
+	if enrol.Owner == nil {
+		log.Info("no node API: the cluster has no owner to serve")
+		return nil
+	}
+	s := &nodeapi.Server{
+		Owner: enrol.Owner, Identity: mgr.Identity, Logs: lg.tree, Journal: lg.journal,
+		Info: func() *nodepb.Info { return about.info(mgr.Status(), enrol.ClusterName) },
+		Power: func(a nodepb.PowerRequest_Action) {
+			code := pid1.ExitPoweroff
+			if a == nodepb.PowerRequest_ACTION_REBOOT {
+				code = pid1.ExitReboot
+			}
+			request(requests, code)
+		},
+	}
+	return &supervisor.Service{Name: "node-api", Run: func(ctx context.Context) error {
+		s.Log = supervisor.Logger(ctx)
+		return s.Run(ctx)
+	}}
+}
+
+// about is what the node API says of the node besides its state.
+type about struct {
+	hw       hardware.Report
+	timeline *timeline.Timeline
+	tpm      bool
+}
+
+func (a about) info(st cluster.Status, enrolled string) *nodepb.Info {
+	version, err := uki.Version(esp.BootBinary.In(storage.ESPRoot))
+	if err != nil {
+		version = "unknown: " + err.Error()
+	}
+	cl := st.Cluster
+	if cl == "" {
+		cl = enrolled
+	}
+	info := &nodepb.Info{
+		Version: version, State: string(st.State), Failure: st.Failure, Cluster: cl, Member: st.Member,
+		UptimeNanos: int64(timeline.SinceBoot()), Tpm: a.tpm, SecureBoot: secureBootState(),
+	}
+	for _, m := range a.timeline.Marks() {
+		info.Timeline = append(info.Timeline, &nodepb.Phase{Name: m.Phase, AtNanos: int64(m.At)})
+	}
+	for _, d := range a.hw.Disks {
+		info.Disks = append(info.Disks, &nodepb.Device{Name: d.Name, Driver: d.Driver, Detail: fmt.Sprintf("%d bytes", d.Size)})
+	}
+	for _, n := range a.hw.NICs {
+		info.Nics = append(info.Nics, &nodepb.Device{Name: n.Name, Driver: n.Driver, Detail: n.MAC})
+	}
+	return info
+}
+
+func secureBootState() string {
+	on, err := efivar.SecureBoot(efivar.Dir)
+	switch {
+	case err != nil:
+		return "unknown"
+	case on:
+		return "on"
+	}
+	return "off"
+}
