@@ -65,12 +65,18 @@ func buildImage(t testing.TB, initramfs []byte, params ...string) string {
 // command line with params appended.
 func bootBinary(t testing.TB, initramfs []byte, params ...string) []byte {
 	t.Helper()
+	return versionedBootBinary(t, initramfs, "test", params...)
+}
+
+// versionedBootBinary is bootBinary of the given version.
+func versionedBootBinary(t testing.TB, initramfs []byte, version string, params ...string) []byte {
+	t.Helper()
 	boot, err := image.BootBinary(image.BootParams{
 		Stub:      read(t, uki.DebianStub),
 		Kernel:    read(t, filepath.Join(outDir(t), "vmlinuz")),
 		Initramfs: initramfs,
 		Cmdline:   strings.Join(append([]string{image.DefaultCmdline}, params...), " "),
-		Version:   "test",
+		Version:   version,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -14,14 +14,16 @@ type File string
 
 // The files Borough keeps on the ESP.
 const (
-	// BootBinary is the unified kernel image. It sits at the removable
-	// media path, so firmware boots it with no boot entry in NVRAM.
+	// BootBinary is the unified kernel image of boot slot A, the one the
+	// image is built with. It sits at the removable media path, so
+	// firmware boots it with no boot entry in NVRAM.
 	BootBinary File = "EFI/BOOT/BOOTX64.EFI"
-	// NodePayload is the node's software: a zstd cpio archive with the
-	// node binary (bin/node) and the tools it runs. The boot binary's
-	// init checks it against the hash in its initramfs, unpacks it and
-	// runs the node.
-	NodePayload File = Dir + "/node.cpio.zst"
+	// BootBinaryB is the boot binary of slot B, where the first update
+	// installs; the next goes to A again (internal/update).
+	BootBinaryB File = Dir + "/B/BOOTX64.EFI"
+	// UpdateRecord says which slot an update installed and whether its
+	// try boot was confirmed (internal/update).
+	UpdateRecord File = Dir + "/update.json"
 	// EnrolmentConfig is the node's enrolment config, when it was put on
 	// the ESP rather than passed through QEMU's fw_cfg.
 	EnrolmentConfig File = Dir + "/enrolment.pb"
@@ -45,6 +47,19 @@ const (
 	// URLs, for a node that restarts while etcd cannot yet tell it.
 	MemberDirectory File = Dir + "/members.json"
 )
+
+// NodePayload is the node's software for the boot binary whose
+// initramfs holds the payload's SHA-256 sha (hex): a zstd cpio archive
+// with the node binary (bin/node) and the tools it runs. init checks it
+// against that hash, unpacks it and runs the node. The name is the hash's
+// start, so that the two boot slots' payloads sit side by side and each
+// boot binary finds its own without knowing its slot.
+func NodePayload(sha string) File {
+	if len(sha) > 16 {
+		sha = sha[:16]
+	}
+	return File(Dir + "/node-" + sha + ".cpio.zst")
+}
 
 // SecureBootUpdate is the signed update of Secure Boot variable key
 // (db, KEK or PK) that the node enrols when the firmware is in setup

@@ -12,6 +12,7 @@ package image
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -59,8 +60,8 @@ var namespace = uuid.MustParse("5b0b0b1e-6a1c-4d0e-9b3e-8f1f0c2a7d41")
 type Params struct {
 	// BootBinary is the UKI, written to esp.BootBinary.
 	BootBinary []byte
-	// NodePayload, if set, is written to esp.NodePayload; the boot
-	// binary's init unpacks it and runs the node.
+	// NodePayload, if set, is written to esp.NodePayload of its hash;
+	// the boot binary's init unpacks it and runs the node.
 	NodePayload []byte
 	// SecureBootUpdates, if set, are the owner's signed Secure Boot key
 	// updates by key name (db, KEK, PK), written to
@@ -186,7 +187,8 @@ func writeESP(fs filesystem.FileSystem, p Params) error {
 		return err
 	}
 	if p.NodePayload != nil {
-		if err := writeFile(fs, esp.NodePayload, p.NodePayload); err != nil {
+		sum := sha256.Sum256(p.NodePayload)
+		if err := writeFile(fs, esp.NodePayload(hex.EncodeToString(sum[:])), p.NodePayload); err != nil {
 			return err
 		}
 	}

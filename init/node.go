@@ -38,7 +38,9 @@ func loadNode(log *slog.Logger, tl *timeline.Timeline) (path string, err error) 
 	if err := unix.Mount(disk.ESP, espMount, "vfat", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
 		return "", &os.PathError{Op: "mount vfat read-only " + disk.ESP, Path: espMount, Err: err}
 	}
-	archive, err := os.ReadFile(esp.NodePayload.In(espMount))
+	sha := strings.TrimSpace(string(want))
+	file := esp.NodePayload(sha)
+	archive, err := os.ReadFile(file.In(espMount))
 	if uerr := unix.Unmount(espMount, 0); uerr != nil && err == nil {
 		err = fmt.Errorf("unmounting %s: %w", espMount, uerr)
 	}
@@ -47,9 +49,9 @@ func loadNode(log *slog.Logger, tl *timeline.Timeline) (path string, err error) 
 	}
 	tl.Mark(timeline.PayloadRead)
 	sum := sha256.Sum256(archive)
-	if got := hex.EncodeToString(sum[:]); got != strings.TrimSpace(string(want)) {
+	if got := hex.EncodeToString(sum[:]); got != sha {
 		return "", fmt.Errorf("the node payload on the ESP (%s) has SHA-256 %s, but this boot binary runs %s: "+
-			"the ESP was changed or is from another build", esp.NodePayload, got, strings.TrimSpace(string(want)))
+			"the ESP was changed or is from another build", file, got, sha)
 	}
 	tl.Mark(timeline.PayloadVerified)
 	if err := payload.Unpack(archive, "/"); err != nil {

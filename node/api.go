@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/efivar"
@@ -20,7 +19,6 @@ import (
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/timeline"
-	"github.com/borough-os/borough/internal/uki"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
@@ -83,7 +81,8 @@ func apiService(log *slog.Logger, enrol *enrolment.Enrolment, mgr *cluster.Manag
 	}
 	s := &nodeapi.Server{
 		Owner: enrol.Owner, Identity: mgr.Identity, Logs: lg.tree, Journal: lg.journal,
-		Info: func() *nodepb.Info { return about.info(mgr.Status(), enrol.ClusterName) },
+		Info:   func() *nodepb.Info { return about.info(mgr.Status(), enrol.ClusterName) },
+		Update: about.updates.install,
 		Power: func(a nodepb.PowerRequest_Action) {
 			code := pid1.ExitPoweroff
 			if a == nodepb.PowerRequest_ACTION_REBOOT {
@@ -103,19 +102,17 @@ type about struct {
 	hw       hardware.Report
 	timeline *timeline.Timeline
 	tpm      bool
+	updates  *updater
 }
 
 func (a about) info(st cluster.Status, enrolled string) *nodepb.Info {
-	version, err := uki.Version(esp.BootBinary.In(storage.ESPRoot))
-	if err != nil {
-		version = "unknown: " + err.Error()
-	}
 	cl := st.Cluster
 	if cl == "" {
 		cl = enrolled
 	}
 	info := &nodepb.Info{
-		Version: version, State: string(st.State), Failure: st.Failure, Cluster: cl, Member: st.Member,
+		Version: a.updates.running.Version, BootSlot: string(a.updates.running.Slot), Update: a.updates.describe(),
+		State: string(st.State), Failure: st.Failure, Cluster: cl, Member: st.Member,
 		UptimeNanos: int64(timeline.SinceBoot()), Tpm: a.tpm, SecureBoot: secureBootState(),
 	}
 	for _, m := range a.timeline.Marks() {

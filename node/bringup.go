@@ -32,6 +32,7 @@ type bootEnv struct {
 	hw       hardware.Report
 	timeline *timeline.Timeline
 	logs     *logs
+	updates  *updater
 	// requests takes the node API's reboot and power-off requests.
 	requests chan<- int
 }
@@ -59,7 +60,8 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	}
 	tl.Mark(timeline.Network)
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}}
-	api := apiService(log, enrol, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil}, b.requests)
+	b.updates.sealed = t != nil && enrol.StoragePolicy != keyfile.TPMDisabled
+	api := apiService(log, enrol, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates}, b.requests)
 	if api != nil {
 		failed = append(failed, *api)
 	}
@@ -83,6 +85,9 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b.updates.sealed {
+		b.updates.checkPCR4(keys.Sealer.BootPCRs)
+	}
 	keys.OwnerRecovery = enrol.OwnerRecovery
 	if err := st.MountData(storage.Config{
 		TPM:         t,
@@ -102,12 +107,16 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot,
 		Pause: pauseHook(log, params, "join"), Keys: keys, Timeline: tl,
 	})
-	return append(failed, b.logs.journalService(),
+	services := append(failed, b.logs.journalService(),
 		supervisor.Service{Name: "time", Run: func(ctx context.Context) error {
 			return timesync.Run(ctx, supervisor.Logger(ctx), ntpServers)
 		}},
 		supervisor.Service{Name: "cluster", Run: mgr.Run},
-	), nil
+	)
+	if confirm := b.updates.confirmService(mgr); confirm != nil {
+		services = append(services, *confirm)
+	}
+	return services, nil
 }
 
 // withoutDrivers adds the network controllers without a driver to a

@@ -79,6 +79,7 @@ func node() int {
 	if err != nil {
 		return fatal(log, err)
 	}
+	updates := startUpdates(log.With(console.ServiceKey, "update"), st)
 	if st.Fresh() {
 		if enrolled, err := secureboot.Enrol(storage.ESPRoot, efivar.Dir); err != nil {
 			return fatal(log, err)
@@ -94,7 +95,8 @@ func node() int {
 	refreshSeed := entropy.Seed(log.With(console.ServiceKey, "entropy"), storage.ESPRoot, generator(t))
 	go refreshSeed()
 	requests := make(chan int, 1)
-	services, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg, requests: requests})
+	services, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
+		updates: updates, requests: requests})
 	if err := errors.Join(err, capPCRs(log, t)); err != nil {
 		return fatal(log, err)
 	}

@@ -100,6 +100,9 @@ type Options struct {
 	// NoRNG leaves out the virtio RNG device, as on a machine without a
 	// hardware random number generator.
 	NoRNG bool
+	// Watchdog adds an i6300esb watchdog, which resets the VM when it
+	// fires (an update's try boot arms it).
+	Watchdog bool
 	// FwCfg, if set, is a file exposed to the guest as fw_cfg
 	// fwcfg.Enrolment.
 	FwCfg string
@@ -180,6 +183,9 @@ func (o *Options) args(accel string) ([]string, error) {
 	}
 	if !o.NoRNG {
 		args = append(args, "-device", "virtio-rng-pci")
+	}
+	if o.Watchdog {
+		args = append(args, "-device", "i6300esb", "-action", "watchdog=reset")
 	}
 	// bootindex makes OVMF boot the image even when another disk has a
 	// boot binary too.

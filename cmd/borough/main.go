@@ -1,7 +1,8 @@
 // Command borough is Borough's host tool: it builds and signs images, boots
 // them in QEMU (one node or a cluster), writes enrolment configs and join
 // tickets, talks to a cluster as its owner (status, node removal,
-// recovery), and to one node through its node API (logs, info, reboot).
+// recovery), and to one node through its node API (logs, info, reboot,
+// update).
 //
 // Every subcommand lives in its own file. The whole CLI runs in-process
 // through run, with arguments and output injected, so tests call it
@@ -52,6 +53,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&configDir, "config", defaultConfigDir(), "directory of the owner's identity and pinned cluster CAs")
 	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand(), ownerCommand(), enrolmentCommand(),
-		etcdCommand(), statusCommand(), clusterCommand(), nodeCommand(), logsCommand(), secureBootCommand())
+		etcdCommand(), statusCommand(), clusterCommand(), nodeCommand(), logsCommand(), updateCommand(), secureBootCommand())
 	return root.Execute()
 }

@@ -155,6 +155,10 @@ func printInfo(stdout io.Writer, node string, f apiFlags, timeline bool) error {
 	}
 	row := func(k, v string) { fmt.Fprintf(stdout, "%-12s %s\n", k, v) }
 	row("version", info.GetVersion())
+	row("boot slot", info.GetBootSlot())
+	if info.GetUpdate() != "" {
+		row("update", info.GetUpdate())
+	}
 	row("state", info.GetState())
 	if info.GetFailure() != "" {
 		row("failure", info.GetFailure())

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/consensus"
@@ -81,9 +83,10 @@ type Manager struct {
 	log *slog.Logger
 	cfg Config
 	m   machine
-	// names is the node's record once known, for Status; guarded by
-	// m.mu.
-	names Record
+	// names is the node's record once known, for Status, and client its
+	// member's client; both guarded by m.mu.
+	names  Record
+	client *clientv3.Client
 }
 
 // New returns a manager for a node in state New. log is the node's root
@@ -125,7 +128,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 		mg.m.fail(err)
 		return nil
 	}
-	mg.setNames(rec)
+	mg.started(rec, c.Client)
 	mg.mark(timeline.EtcdReady)
 	role, err := mg.awaitRole(ctx, c)
 	if err != nil {

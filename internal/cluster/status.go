@@ -1,11 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -26,11 +30,30 @@ func (mg *Manager) Status() Status {
 	return Status{State: state, Failure: failure, Cluster: mg.names.Cluster, Member: mg.names.Node}
 }
 
-// setNames records the node's names for Status.
-func (mg *Manager) setNames(rec *Record) {
+// started records the node's names for Status and its member's client
+// for Healthy.
+func (mg *Manager) started(rec *Record, c *clientv3.Client) {
 	mg.m.mu.Lock()
 	defer mg.m.mu.Unlock()
 	mg.names = *rec
+	mg.client = c
+}
+
+// Healthy checks that the node runs and its member reads through the
+// cluster: a linearizable read, which takes a quorum. It is what an
+// update's try boot waits for before it confirms itself.
+func (mg *Manager) Healthy(ctx context.Context) error {
+	state, _ := mg.m.current()
+	mg.m.mu.Lock()
+	c := mg.client
+	mg.m.mu.Unlock()
+	if state != StateRunning || c == nil {
+		return fmt.Errorf("the node is %s, not Running", state)
+	}
+	if _, err := c.Get(ctx, keyspace.Cluster); err != nil {
+		return fmt.Errorf("a linearizable read: %w", err)
+	}
+	return nil
 }
 
 // ErrNoIdentity says the node has no certificate of a cluster yet.

@@ -163,6 +163,35 @@ func SetBootNext(dir string, n uint16) error {
 	return Write(dir, "BootNext", GlobalVariable, BootVariable, binary.LittleEndian.AppendUint16(nil, n))
 }
 
+// BootOrder returns the boot entries the firmware tries, in order; none
+// without the variable.
+func BootOrder(dir string) ([]uint16, error) {
+	_, b, err := Read(dir, "BootOrder", GlobalVariable)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(b)%2 != 0 {
+		return nil, fmt.Errorf("EFI variable BootOrder: %d bytes, not a list of entries", len(b))
+	}
+	order := make([]uint16, len(b)/2)
+	for i := range order {
+		order[i] = binary.LittleEndian.Uint16(b[2*i:])
+	}
+	return order, nil
+}
+
+// SetBootOrder makes the firmware try the boot entries in order.
+func SetBootOrder(dir string, order []uint16) error {
+	var b []byte
+	for _, n := range order {
+		b = binary.LittleEndian.AppendUint16(b, n)
+	}
+	return Write(dir, "BootOrder", GlobalVariable, BootVariable, b)
+}
+
 // BootEntryName is the variable name of boot entry n.
 func BootEntryName(n uint16) string {
 	return fmt.Sprintf("Boot%04X", n)

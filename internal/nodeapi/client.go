@@ -32,8 +32,12 @@ type Client struct {
 	Unverified bool
 }
 
-// requestTimeout bounds a request that is not a follow.
-const requestTimeout = 30 * time.Second
+// requestTimeout bounds a request that is not a follow; updateTimeout an
+// update, which sends some 20 MiB and has the node write them.
+const (
+	requestTimeout = 30 * time.Second
+	updateTimeout  = 5 * time.Minute
+)
 
 func (c *Client) http(timeout time.Duration) (*http.Client, error) {
 	conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{c.Owner}}
@@ -82,7 +86,11 @@ func (c *Client) call(ctx context.Context, timeout time.Duration, path string, r
 }
 
 func (c *Client) unary(ctx context.Context, path string, req, resp proto.Message) error {
-	r, err := c.call(ctx, requestTimeout, path, req)
+	timeout := requestTimeout
+	if path == pathUpdate {
+		timeout = updateTimeout
+	}
+	r, err := c.call(ctx, timeout, path, req)
 	if err != nil {
 		return err
 	}
@@ -106,6 +114,12 @@ func (c *Client) Info(ctx context.Context) (*nodepb.Info, error) {
 // Power asks the node to reboot or power off.
 func (c *Client) Power(ctx context.Context, a nodepb.PowerRequest_Action) error {
 	return c.unary(ctx, pathPower, &nodepb.PowerRequest{Action: a}, &nodepb.PowerResponse{})
+}
+
+// Update sends an update; the node installs it and reboots into it.
+func (c *Client) Update(ctx context.Context, req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
+	var resp nodepb.UpdateResponse
+	return &resp, c.unary(ctx, pathUpdate, req, &resp)
 }
 
 // Logs calls f with each entry req selects, and with follow each new one,

@@ -3,8 +3,10 @@ package nodeapi
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +58,13 @@ func startNode(t *testing.T, identity bool) *node {
 		Logs:  n.tree,
 		Info:  func() *nodepb.Info { return &nodepb.Info{State: "Running", Version: "v1"} },
 		Power: func(a nodepb.PowerRequest_Action) { n.powered <- a },
-		Log:   slog.New(slog.DiscardHandler),
+		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
+			if !req.GetForce() {
+				return nil, errors.New("version 1 is older than the running 2")
+			}
+			return &nodepb.UpdateResponse{Slot: "B", Version: strconv.Itoa(len(req.GetBootBinary()))}, nil
+		},
+		Log: slog.New(slog.DiscardHandler),
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -197,5 +205,27 @@ func TestPower(t *testing.T) {
 	case a := <-n.powered:
 		t.Errorf("an unspecified action powered %v", a)
 	default:
+	}
+}
+
+func TestUpdate(t *testing.T) {
+	n := startNode(t, true)
+	c := n.client(n.owner)
+	_, err := c.Update(context.Background(), &nodepb.UpdateRequest{BootBinary: []byte("1")})
+	if err == nil || !strings.Contains(err.Error(), "older than the running 2") {
+		t.Errorf("a refused update: %v", err)
+	}
+	select {
+	case a := <-n.powered:
+		t.Fatalf("a refused update powered %v", a)
+	default:
+	}
+	big := strings.Repeat("x", 8<<20)
+	resp, err := c.Update(context.Background(), &nodepb.UpdateRequest{BootBinary: []byte(big), Force: true})
+	if err != nil || resp.GetSlot() != "B" || resp.GetVersion() != strconv.Itoa(len(big)) {
+		t.Fatalf("Update = %v, %v", resp.GetSlot(), err)
+	}
+	if a := <-n.powered; a != nodepb.PowerRequest_ACTION_REBOOT {
+		t.Errorf("an installed update powered %v, want a reboot", a)
 	}
 }

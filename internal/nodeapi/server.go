@@ -41,13 +41,18 @@ const Port = 7835
 
 // Paths of the requests.
 const (
-	pathLogs  = "/v1/logs"
-	pathInfo  = "/v1/info"
-	pathPower = "/v1/power"
+	pathLogs   = "/v1/logs"
+	pathInfo   = "/v1/info"
+	pathPower  = "/v1/power"
+	pathUpdate = "/v1/update"
 )
 
-// maxBody bounds a request.
-const maxBody = 4 << 10
+// maxBody bounds a request; maxUpdate an update, which carries a boot
+// binary and a node payload (the ESP holds two of each in 128 MiB).
+const (
+	maxBody   = 4 << 10
+	maxUpdate = 64 << 20
+)
 
 // Server is the node API of one node.
 type Server struct {
@@ -63,7 +68,10 @@ type Server struct {
 	Info func() *nodepb.Info
 	// Power is called once a power request is answered.
 	Power func(nodepb.PowerRequest_Action)
-	Log   *slog.Logger
+	// Update installs an update and arms its try boot; the node API then
+	// answers and calls Power to reboot.
+	Update func(*nodepb.UpdateRequest) (*nodepb.UpdateResponse, error)
+	Log    *slog.Logger
 	// Addr is the address to listen on; empty means every address, on
 	// Port.
 	Addr string
@@ -133,12 +141,17 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathLogs, s.logs)
 	mux.HandleFunc("POST "+pathInfo, s.info)
 	mux.HandleFunc("POST "+pathPower, s.power)
+	mux.HandleFunc("POST "+pathUpdate, s.update)
 	return mux
 }
 
 // read decodes r's body into m, answering a bad request itself.
 func read(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	return readUpTo(w, r, m, maxBody)
+}
+
+func readUpTo(w http.ResponseWriter, r *http.Request, m proto.Message, limit int64) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
 	if err == nil {
 		err = proto.Unmarshal(body, m)
 	}
@@ -180,6 +193,25 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request) {
 		f.Flush()
 	}
 	s.Power(req.GetAction())
+}
+
+func (s *Server) update(w http.ResponseWriter, r *http.Request) {
+	var req nodepb.UpdateRequest
+	if !readUpTo(w, r, &req, maxUpdate) {
+		return
+	}
+	resp, err := s.Update(&req)
+	if err != nil {
+		s.Log.Warn("refused an update", "err", err)
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	s.Log.Info("update installed; rebooting into it on trial", "slot", resp.GetSlot(), "version", resp.GetVersion())
+	reply(w, resp)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	s.Power(nodepb.PowerRequest_ACTION_REBOOT)
 }
 
 func actionName(a nodepb.PowerRequest_Action) string {

@@ -34,6 +34,8 @@ var Table = []Mount{
 	{Source: "tmpfs", Target: "/run", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=0755", Mode: 0o755},
 	{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777", Mode: 0o1777},
 	{Source: "efivarfs", Target: "/sys/firmware/efi/efivars", FSType: "efivarfs", Flags: secure, IfExists: "/sys/firmware/efi"},
+	// The TPM's event log, from which an update predicts PCR 4.
+	{Source: "securityfs", Target: "/sys/kernel/security", FSType: "securityfs", Flags: secure, IfExists: "/sys/kernel/security"},
 }
 
 // Links are the /dev symlinks that programs expect and devtmpfs lacks.

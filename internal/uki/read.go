@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"debug/pe"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,16 +18,32 @@ func Version(path string) (string, error) {
 		return "", fmt.Errorf("reading the boot binary %s: %w", path, err)
 	}
 	defer f.Close()
+	v, err := version(f)
+	if err != nil {
+		return "", fmt.Errorf("the boot binary %s: %w", path, err)
+	}
+	return v, nil
+}
+
+// VersionOf is Version of a UKI in memory.
+func VersionOf(b []byte) (string, error) {
+	f, err := pe.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return "", fmt.Errorf("not a PE image: %w", err)
+	}
+	return version(f)
+}
+
+func version(f *pe.File) (string, error) {
 	s := f.Section(SectionOSRel)
 	if s == nil {
-		return "", fmt.Errorf("the boot binary %s has no %s section", path, SectionOSRel)
+		return "", fmt.Errorf("no %s section", SectionOSRel)
 	}
-	data, err := s.Data()
+	data, err := SectionData(s)
 	if err != nil {
-		return "", fmt.Errorf("reading %s of %s: %w", SectionOSRel, path, err)
+		return "", fmt.Errorf("reading %s: %w", SectionOSRel, err)
 	}
-	// A section's data is padded to the file alignment with zeros.
-	sc := bufio.NewScanner(bytes.NewReader(bytes.TrimRight(data, "\x00")))
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "VERSION_ID="); ok {
 			if u, err := strconv.Unquote(v); err == nil {
@@ -35,5 +52,19 @@ func Version(path string) (string, error) {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("the os-release of %s has no VERSION_ID", path)
+	return "", errors.New("its os-release has no VERSION_ID")
+}
+
+// SectionData returns a section's data without the padding to the file
+// alignment that follows it: its virtual size is the size of what the
+// builder put there.
+func SectionData(s *pe.Section) ([]byte, error) {
+	data, err := s.Data()
+	if err != nil {
+		return nil, err
+	}
+	if n := int(s.VirtualSize); n > 0 && n < len(data) {
+		data = data[:n]
+	}
+	return data, nil
 }

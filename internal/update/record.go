@@ -1,0 +1,100 @@
+package update
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/atomicfile"
+)
+
+// State is where an update is.
+type State string
+
+// States of an update.
+const (
+	// Trying: installed and armed; its try boot has not confirmed it.
+	Trying State = "trying"
+	// Confirmed: the new system ran and made itself the default.
+	Confirmed State = "confirmed"
+	// RolledBack: the old system booted instead, and runs.
+	RolledBack State = "rolled-back"
+)
+
+// recordVersion is the record format's version.
+const recordVersion = 1
+
+// Record is the last update, kept on the ESP.
+type Record struct {
+	Version int   `json:"version"`
+	State   State `json:"state"`
+	// Slot is where the update installed; From the slot it replaced as
+	// the one that runs.
+	Slot Slot `json:"slot"`
+	From Slot `json:"from"`
+	// NewVersion and OldVersion are the boot binaries' versions.
+	NewVersion string `json:"new_version"`
+	OldVersion string `json:"old_version"`
+}
+
+// ReadRecord reads the record on the ESP at root; none is (nil, nil).
+func ReadRecord(root string) (*Record, error) {
+	b, err := os.ReadFile(esp.UpdateRecord.In(root))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the update record: %w", err)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("the update record %s is damaged: %w", esp.UpdateRecord, err)
+	}
+	if r.Version != recordVersion {
+		return nil, fmt.Errorf("the update record %s has version %d, this node reads %d", esp.UpdateRecord, r.Version, recordVersion)
+	}
+	if (r.Slot != A && r.Slot != B) || r.From != r.Slot.Other() {
+		return nil, fmt.Errorf("the update record %s names slots %q and %q", esp.UpdateRecord, r.Slot, r.From)
+	}
+	return &r, nil
+}
+
+// write writes r to the ESP at root, atomically.
+func (r Record) write(root string) error {
+	r.Version = recordVersion
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(esp.UpdateRecord.In(root), b, 0o600); err != nil {
+		return fmt.Errorf("writing the update record: %w", err)
+	}
+	return nil
+}
+
+// Outcome is what a boot is, given the last update.
+type Outcome string
+
+// Outcomes of a boot.
+const (
+	// Normal: no update is being tried.
+	Normal Outcome = "normal"
+	// TryBoot: this boot is an update's try boot; it must confirm it.
+	TryBoot Outcome = "try boot"
+	// RollBack: an update was being tried, and the old slot booted.
+	RollBack Outcome = "rolled back"
+)
+
+// Decide says what this boot of slot booted is, given the last update's
+// record (nil without one).
+func Decide(r *Record, booted Slot) Outcome {
+	switch {
+	case r == nil || r.State != Trying:
+		return Normal
+	case booted == r.Slot:
+		return TryBoot
+	}
+	return RollBack
+}

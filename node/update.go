@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/efivar"
+	"github.com/borough-os/borough/internal/measure"
+	"github.com/borough-os/borough/internal/payload"
+	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/internal/supervisor"
+	"github.com/borough-os/borough/internal/uki"
+	"github.com/borough-os/borough/internal/update"
+	"github.com/borough-os/borough/internal/watchdog"
+	"github.com/borough-os/borough/proto/nodepb"
+)
+
+// A try boot's watchdog resets the machine within watchdogTimeout once
+// it stops being fed, which it is until tryDeadline after the node
+// started: a new system that has not confirmed itself by then has hung.
+const (
+	watchdogTimeout = 30 * time.Second
+	tryDeadline     = 10 * time.Minute
+)
+
+// updater is the node's side of A/B updates (internal/update): which slot
+// booted, the try boot of an update, and installing the next one.
+type updater struct {
+	log     *slog.Logger
+	st      *storage.Storage
+	running update.Running
+	dog     *watchdog.Dog
+	// sealed says the node's keys are sealed to its TPM.
+	sealed bool
+
+	mu      sync.Mutex
+	rec     *update.Record
+	outcome update.Outcome
+}
+
+// startUpdates finds out what this boot is: a normal one, an update's try
+// boot (which arms the watchdog), or the old slot after a try boot that
+// failed (which it records).
+func startUpdates(log *slog.Logger, st *storage.Storage) *updater {
+	u := &updater{log: log, st: st}
+	slot, err := update.Booted(efivar.Dir)
+	if err != nil {
+		log.Warn("assuming boot slot A", "err", err)
+	}
+	u.running.Slot = slot
+	if u.running.Version, err = uki.Version(slot.BootBinary().In(storage.ESPRoot)); err != nil {
+		log.Warn("the running version is unknown", "err", err)
+	}
+	if sha, err := os.ReadFile("/" + payload.Hash); err == nil {
+		u.running.PayloadSHA = strings.TrimSpace(string(sha))
+	}
+	if u.rec, err = update.ReadRecord(storage.ESPRoot); err != nil {
+		log.Warn("ignoring the update record", "err", err)
+	}
+	u.outcome = update.Decide(u.rec, slot)
+	log.Info("boot slot "+string(slot), "version", u.running.Version, "boot", string(u.outcome))
+	switch u.outcome {
+	case update.RollBack:
+		log.Warn(fmt.Sprintf("the update to %s in slot %s did not confirm itself: rolled back to %s in slot %s",
+			u.rec.NewVersion, u.rec.Slot, u.running.Version, slot))
+		if err := update.RecordRollBack(storage.ESPRoot, u.rec); err != nil {
+			log.Warn("recording the rollback", "err", err)
+		}
+	case update.TryBoot:
+		u.armWatchdog()
+	}
+	return u
+}
+
+func (u *updater) armWatchdog() {
+	dog, err := watchdog.Arm(watchdog.Path, watchdogTimeout)
+	if err != nil {
+		u.log.Warn("the try boot runs without a watchdog: if it hangs, it stays hung until the machine is reset", "err", err)
+		return
+	}
+	u.dog = dog
+	u.log.Info("try boot: watchdog armed", "timeout", dog.Timeout(), "deadline", tryDeadline)
+	go dog.Keep(context.Background(), time.Now().Add(tryDeadline))
+}
+
+// confirmService is, in a try boot, the service that confirms the update
+// once the node is healthy; nil in any other boot.
+func (u *updater) confirmService(mgr *cluster.Manager) *supervisor.Service {
+	if u.outcome != update.TryBoot {
+		return nil
+	}
+	return &supervisor.Service{Name: "update", Run: func(ctx context.Context) error {
+		log := supervisor.Logger(ctx)
+		for {
+			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := mgr.Healthy(hctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+		if err := update.Confirm(efivar.Dir, storage.ESPRoot, u.rec); err != nil {
+			return supervisor.Fatal(fmt.Errorf("confirming the update: %w", err))
+		}
+		if u.dog != nil {
+			if err := u.dog.Disarm(); err != nil {
+				log.Warn("disarming the watchdog", "err", err)
+			}
+		}
+		u.mu.Lock()
+		u.outcome = update.Normal
+		u.mu.Unlock()
+		log.Info(fmt.Sprintf("update confirmed: slot %s runs %s and boots by default", u.rec.Slot, u.rec.NewVersion))
+		return nil
+	}}
+}
+
+// install installs an update from the node API and arms its try boot.
+func (u *updater) install(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.sealed:
+		return nil, fmt.Errorf("this node's keys are sealed to its TPM, to this boot binary; " +
+			"resealing them to a new one is not built yet, so the new system could not unlock its data")
+	case u.outcome == update.TryBoot:
+		return nil, fmt.Errorf("this boot is the try boot of %s, not confirmed yet", u.rec.NewVersion)
+	}
+	part, err := u.st.Disk.ESPPartition()
+	if err != nil {
+		return nil, err
+	}
+	rec, err := update.Install(storage.ESPRoot, u.running,
+		update.Update{BootBinary: req.GetBootBinary(), Payload: req.GetPayload(), Force: req.GetForce()})
+	if err != nil {
+		return nil, err
+	}
+	if err := update.Arm(efivar.Dir, part, rec); err != nil {
+		return nil, err
+	}
+	u.rec = rec
+	return &nodepb.UpdateResponse{Slot: string(rec.Slot), Version: rec.NewVersion}, nil
+}
+
+// checkPCR4 predicts this boot's PCR 4 from the firmware's event log and
+// the running boot binary, as an update predicts the new binary's, and
+// says whether the prediction holds: the TPM's value from before the cap
+// is bootPCRs[4].
+func (u *updater) checkPCR4(bootPCRs map[uint][]byte) {
+	err := func() error {
+		log, err := measure.ReadEventLog()
+		if err != nil {
+			return err
+		}
+		running, err := os.ReadFile(u.running.Slot.BootBinary().In(storage.ESPRoot))
+		if err != nil {
+			return err
+		}
+		predicted, err := measure.PredictPCR4(log, running, running)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(predicted, bootPCRs[4]) {
+			return fmt.Errorf("predicted %x, the TPM has %x", predicted, bootPCRs[4])
+		}
+		return nil
+	}()
+	if err != nil {
+		u.log.Warn("PCR 4 cannot be predicted from the event log: an update could not seal keys to a new boot binary", "err", err)
+		return
+	}
+	u.log.Info("PCR 4 predicted from the event log and the boot binary matches the TPM's")
+}
+
+// describe says where the last update is, for the node API.
+func (u *updater) describe() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.rec == nil:
+		return ""
+	case u.outcome == update.TryBoot:
+		return fmt.Sprintf("trying %s in slot %s (from %s)", u.rec.NewVersion, u.rec.Slot, u.rec.OldVersion)
+	}
+	return fmt.Sprintf("%s: %s in slot %s (from %s)", u.rec.State, u.rec.NewVersion, u.rec.Slot, u.rec.OldVersion)
+}
