@@ -52,6 +52,7 @@ reproducible: image
 
 bench: image
 	./bench/build.sh
+	$(GO) test -run '^$$' -bench . ./internal/logtree/ ./internal/nodeapi/
 	$(GO) test -tags boot -run '^$$' -bench . -benchtime 1x -timeout 60m ./boottest/
 
 clean:

@@ -16,7 +16,7 @@ import (
 )
 
 // versionedImage is nodeImage of the given version.
-func versionedImage(t *testing.T, version string, params ...string) string {
+func versionedImage(t testing.TB, version string, params ...string) string {
 	t.Helper()
 	initramfs := read(t, filepath.Join(testOut(t), "initramfs.cpio.zst"))
 	return writeImage(t, versionedBootBinary(t, initramfs, version, params...), nil)

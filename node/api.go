@@ -22,10 +22,12 @@ import (
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
-// The log tree's and journal's bounds: about 2048 × 5 services of a few
-// hundred bytes in memory, and 8 MiB × 5 boots on the data volume.
+// The log tree's and journal's bounds: 2048 lines or 256 KiB of text a
+// service in memory (make bench: under 1 MiB a service, full), and 8 MiB
+// × 5 boots on the data volume.
 const (
 	logsPerService = 2048
+	logBytes       = 256 << 10
 	journalBoots   = 5
 	journalBytes   = 8 << 20
 )
@@ -39,7 +41,7 @@ type logs struct {
 
 func newLogs() *logs {
 	return &logs{
-		tree:    logtree.New(logsPerService),
+		tree:    logtree.New(logsPerService, logBytes),
 		journal: &logtree.Journal{Dir: filepath.Join(storage.DataRoot, "borough", "logs"), Keep: journalBoots, MaxBytes: journalBytes},
 	}
 }

@@ -8,7 +8,8 @@
 // kernel) must not push a quiet one's few lines out, and the lines that
 // say why a node failed are usually from a quiet one. The tree is bounded
 // by construction: services are named in code, each ring holds at most
-// perService entries, and each entry at most MaxText bytes of text.
+// perService entries and maxBytes of text, and each entry at most MaxText
+// bytes of text.
 //
 // Entries come from the node's slog handler (console.Handler's sink),
 // etcd's zap logger through it, and the kernel's /dev/kmsg (package kmsg).
@@ -70,14 +71,16 @@ func (f Filter) Match(e Entry) bool {
 type Tree struct {
 	mu         sync.Mutex
 	perService int
+	maxBytes   int
 	seq        uint64
 	rings      map[string]*ring
 	subs       map[*Subscription]struct{}
 }
 
-// New returns a tree keeping the last perService entries of each service.
-func New(perService int) *Tree {
-	return &Tree{perService: perService, rings: map[string]*ring{}, subs: map[*Subscription]struct{}{}}
+// New returns a tree keeping the last perService entries of each
+// service, and of those at most maxBytes of text.
+func New(perService, maxBytes int) *Tree {
+	return &Tree{perService: perService, maxBytes: maxBytes, rings: map[string]*ring{}, subs: map[*Subscription]struct{}{}}
 }
 
 // Append adds e (its Seq is assigned) and hands it to the followers.
@@ -91,10 +94,10 @@ func (t *Tree) Append(e Entry) {
 	e.Seq = t.seq
 	r := t.rings[e.Service]
 	if r == nil {
-		r = &ring{entries: make([]Entry, 0, min(t.perService, 64))}
+		r = &ring{}
 		t.rings[e.Service] = r
 	}
-	r.add(e, t.perService)
+	r.add(e, t.perService, t.maxBytes)
 	for s := range t.subs {
 		if !s.filter.Match(e) {
 			continue
@@ -202,21 +205,28 @@ func (t *Tree) drop(s *Subscription) {
 	}
 }
 
-// ring is one service's last entries.
+// ring is one service's last entries, oldest first.
 type ring struct {
 	entries []Entry
-	next    int // where the next entry goes once the ring is full
+	bytes   int
 }
 
-func (r *ring) add(e Entry, size int) {
-	if len(r.entries) < size {
-		r.entries = append(r.entries, e)
+// add appends e and drops the oldest entries beyond size entries or
+// maxBytes of text (keeping e itself).
+func (r *ring) add(e Entry, size, maxBytes int) {
+	r.entries = append(r.entries, e)
+	r.bytes += len(e.Text)
+	drop := 0
+	for n := len(r.entries); n-drop > size || (r.bytes > maxBytes && n-drop > 1); drop++ {
+		r.bytes -= len(r.entries[drop].Text)
+	}
+	if drop == 0 {
 		return
 	}
-	r.entries[r.next] = e
-	r.next = (r.next + 1) % size
+	r.entries = r.entries[drop:]
+	if cap(r.entries) > 2*size {
+		r.entries = slices.Clone(r.entries)
+	}
 }
 
-func (r *ring) ordered() []Entry {
-	return append(slices.Clone(r.entries[r.next:]), r.entries[:r.next]...)
-}
+func (r *ring) ordered() []Entry { return r.entries }

@@ -29,7 +29,7 @@ func texts(es []Entry) string {
 }
 
 func TestRead(t *testing.T) {
-	tr := New(3)
+	tr := New(3, 1<<20)
 	fill(tr, "etcd", 5, t0)
 	fill(tr, "cluster", 2, t0)
 	fill(tr, "cluster/etcd", 1, t0.Add(time.Hour))
@@ -59,8 +59,23 @@ func TestRead(t *testing.T) {
 	}
 }
 
+func TestByteBound(t *testing.T) {
+	tr := New(100, 25)
+	for _, text := range []string{"ten bytes.", "ten bytes!", "ten bytes?", strings.Repeat("z", 40)} {
+		tr.Append(Entry{Service: "s", Text: text})
+	}
+	if got := texts(tr.Read(Filter{})); got != strings.Repeat("z", 40) {
+		t.Errorf("after a line over the bound, the ring holds %q; want that line alone", got)
+	}
+	tr.Append(Entry{Service: "s", Text: "ten bytes."})
+	tr.Append(Entry{Service: "s", Text: "ten bytes!"})
+	if got := texts(tr.Read(Filter{})); got != "ten bytes.,ten bytes!" {
+		t.Errorf("ring = %q, want the last two lines (20 of 25 bytes)", got)
+	}
+}
+
 func TestMaxText(t *testing.T) {
-	tr := New(1)
+	tr := New(1, 1<<20)
 	tr.Append(Entry{Service: "s", Text: strings.Repeat("x", MaxText+10)})
 	if got := tr.Read(Filter{})[0].Text; len(got) != MaxText+len(" [cut]") || !strings.HasSuffix(got, " [cut]") {
 		t.Errorf("a long text was kept as %d bytes", len(got))
@@ -68,7 +83,7 @@ func TestMaxText(t *testing.T) {
 }
 
 func TestFollow(t *testing.T) {
-	tr := New(10)
+	tr := New(10, 1<<20)
 	fill(tr, "storage", 2, t0)
 	sub := tr.Follow(Filter{Service: "storage"})
 	fill(tr, "etcd", 1, t0)
@@ -97,7 +112,7 @@ func TestFollow(t *testing.T) {
 }
 
 func TestFollowLag(t *testing.T) {
-	tr := New(10)
+	tr := New(10, 1<<20)
 	sub := tr.Follow(Filter{})
 	fill(tr, "etcd", followBuffer+1, t0)
 	n := 0
@@ -132,7 +147,7 @@ func runJournal(t *testing.T, dir string, tr *Tree, maxBytes int64, more func())
 func TestJournal(t *testing.T) {
 	dir := t.TempDir()
 	for boot := 1; boot <= 4; boot++ {
-		tr := New(100)
+		tr := New(100, 1<<20)
 		fill(tr, "node", boot, t0)
 		j := runJournal(t, dir, tr, 1<<20, func() { fill(tr, "etcd", 1, t0) })
 		prev, err := j.Boot(-1)
@@ -178,7 +193,7 @@ func TestJournalBounds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			tr := New(1000)
+			tr := New(1000, 1<<20)
 			fill(tr, "node", tc.entries, t0)
 			runJournal(t, dir, tr, tc.maxBytes, nil)
 			if tc.tear {
@@ -186,7 +201,7 @@ func TestJournalBounds(t *testing.T) {
 				b, _ := os.ReadFile(path)
 				os.WriteFile(path, b[:len(b)-10], 0o600)
 			}
-			j := runJournal(t, dir, New(1), 1<<20, nil)
+			j := runJournal(t, dir, New(1, 1<<20), 1<<20, nil)
 			got, err := j.Boot(tc.back)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,16 +99,55 @@ func TestAuthenticodeRefuses(t *testing.T) {
 	}
 }
 
-// TestPredictPCR4 replays a synthetic event log: see boottest for the
-// check against a real boot (the node predicts its own PCR 4 at boot and
-// says whether it matched).
-func TestPredictPCR4(t *testing.T) {
-	running, next := ukiOf(t, []byte("running")), ukiOf(t, []byte("next"))
-	if _, err := PredictPCR4([]byte("not a log"), running, next); err == nil {
-		t.Error("PredictPCR4 took a log that is not one")
-	}
-	if _, err := Authenticode(next); err != nil {
+// The boot testdata/README.md describes.
+const (
+	bootDigest = "bd057abfe4893546ccf850128ce94c739f7c945810346453e838a94aa0f13757"
+	bootPCR4   = "0045120092c5751cfe44b73363475ffe160b1b9a39b0d33fe67f810204a7f8d5"
+)
+
+func unhex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
 		t.Fatal(err)
 	}
-	_ = sha256.New
+	return b
+}
+
+func TestReplay4(t *testing.T) {
+	log, err := os.ReadFile("testdata/ovmf-swtpm.eventlog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := sha256.Sum256([]byte("another boot binary"))
+	was := unhex(t, bootDigest)
+	for _, tc := range []struct {
+		name      string
+		was, will []byte
+		want      string // "" for any value but the boot's
+		err       error
+	}{
+		{"the same binary: the boot's PCR 4", was, was, bootPCR4, nil},
+		{"another binary: another PCR 4", was, other[:], "", nil},
+		{"a binary the firmware did not start", other[:], was, "", ErrNotInLog},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Replay4(log, tc.was, tc.will)
+			switch {
+			case tc.err != nil:
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("Replay4 = %x, %v; want %v", got, err, tc.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case tc.want != "" && hex.EncodeToString(got) != tc.want:
+				t.Errorf("Replay4 = %x, want %s", got, tc.want)
+			case tc.want == "" && hex.EncodeToString(got) == bootPCR4:
+				t.Error("another binary gave the boot's PCR 4")
+			}
+		})
+	}
+	if _, err := Replay4([]byte("not a log"), was, was); err == nil {
+		t.Error("Replay4 took a log that is not one")
+	}
 }

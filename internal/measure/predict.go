@@ -36,6 +36,12 @@ func PredictPCR4(log, running, next []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the new boot binary: %w", err)
 	}
+	return Replay4(log, was, will)
+}
+
+// Replay4 replays the SHA-256 PCR 4 of log with the application whose
+// digest is was measured as will instead.
+func Replay4(log, was, will []byte) ([]byte, error) {
 	el, err := attest.ParseEventLog(log)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the event log: %w", err)

@@ -29,7 +29,7 @@ func keyPair(c *pki.Cert) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{c.Cert.Raw}, PrivateKey: c.Key, Leaf: c.Cert}
 }
 
-func startNode(t *testing.T, identity bool) *node {
+func startNode(t testing.TB, identity bool) *node {
 	t.Helper()
 	now := time.Now()
 	ca, err := pki.NewCA("test", now)
@@ -44,7 +44,7 @@ func startNode(t *testing.T, identity bool) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{ca: ca, owner: keyPair(owner), tree: logtree.New(100), powered: make(chan nodepb.PowerRequest_Action, 1)}
+	n := &node{ca: ca, owner: keyPair(owner), tree: logtree.New(100, 1<<20), powered: make(chan nodepb.PowerRequest_Action, 1)}
 	kp := keyPair(cert)
 	kp.Certificate = append(kp.Certificate, ca.Cert.Raw)
 	s := &Server{
