@@ -22,10 +22,12 @@ func versionedImage(t testing.TB, version string, params ...string) string {
 	return writeImage(t, versionedBootBinary(t, initramfs, version, params...), nil)
 }
 
-// TestUpdate runs one node through A/B updates by its owner: an update
-// whose new system fails before it runs, and one whose try boot loses
-// power, each back on the old version by itself with its data; then one
-// that confirms, and a reboot that stays on it; and a downgrade, refused.
+// TestUpdate runs one node with a TPM through A/B updates by its owner:
+// an update whose new system fails before it runs, and one whose try boot
+// loses power, each back on the old version by itself with its data and
+// its keys sealed to it alone again; then one that confirms, unseals the
+// keys sealed ahead to its predicted PCR 4 and settles them on itself, and
+// a reboot that stays on it; and a downgrade, refused.
 func TestUpdate(t *testing.T) {
 	t.Parallel()
 	config := owner(t)
@@ -35,7 +37,7 @@ func TestUpdate(t *testing.T) {
 	failing := versionedImage(t, "1.2.0", cmdline.TestFatal+"=the-new-version-fails")
 	port, apiPort := freePort(t), freePort(t)
 	api := "127.0.0.1:" + strconv.Itoa(apiPort)
-	opts := qemu.Options{Image: v1, StateDir: t.TempDir(), FwCfg: cfgFile, Watchdog: true,
+	opts := qemu.Options{Image: v1, StateDir: t.TempDir(), FwCfg: cfgFile, Watchdog: true, TPM: true,
 		Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: apiPort, Guest: 7835}}}
 	vm := boot(t, opts)
 	expect(t, vm, bootTimeout, "borough: update: boot slot A version=1.0.0 boot=normal", running)
@@ -65,9 +67,11 @@ func TestUpdate(t *testing.T) {
 	t.Run("the new system fails", func(t *testing.T) {
 		out := cliFails(t, "--config", config, "update", api, failing)
 		contains(t, "update", out, "installed 1.2.0 in slot B", "rolled back to 1.0.0 in slot A")
-		expect(t, vm, stepTimeout, "borough: update: boot slot B version=1.2.0 boot=\"try boot\"",
+		expect(t, vm, stepTimeout, "borough: update: keys sealed to the new boot binary too",
+			"borough: update: boot slot B version=1.2.0 boot=\"try boot\"",
 			"try boot: watchdog armed", "fatal: testhook: "+cmdline.TestFatal+": the-new-version-fails")
-		expect(t, vm, bootTimeout, "the update to 1.2.0 in slot B did not confirm itself: rolled back to 1.0.0 in slot A", running)
+		expect(t, vm, bootTimeout, "the update to 1.2.0 in slot B did not confirm itself: rolled back to 1.0.0 in slot A",
+			"borough: update: keys sealed to this boot binary alone", running)
 		greet(t, "from 1.0.0")
 	})
 
@@ -82,7 +86,8 @@ func TestUpdate(t *testing.T) {
 		vm.Kill()
 		vm = boot(parent, opts) // the VM outlives this case
 
-		expect(t, vm, bootTimeout, "the update to 1.1.0 in slot B did not confirm itself: rolled back to 1.0.0 in slot A", running)
+		expect(t, vm, bootTimeout, "the update to 1.1.0 in slot B did not confirm itself: rolled back to 1.0.0 in slot A",
+			"borough: update: keys sealed to this boot binary alone", running)
 		if err := upd.Wait(); err == nil {
 			t.Errorf("update succeeded through a power cut:\n%s", out.String())
 		}
@@ -93,7 +98,8 @@ func TestUpdate(t *testing.T) {
 	t.Run("confirmed", func(t *testing.T) {
 		out := cli(t, "--config", config, "update", api, v2)
 		contains(t, "update", out, "installed 1.1.0 in slot B", "updated: slot B runs 1.1.0, confirmed")
-		expect(t, vm, stepTimeout, "update confirmed: slot B runs 1.1.0 and boots by default")
+		expect(t, vm, stepTimeout, "borough: storage: data volume unlocked and mounted", "borough: update: keys sealed to this boot binary alone",
+			"update confirmed: slot B runs 1.1.0 and boots by default")
 		greet(t, "from 1.0.0")
 		cli(t, "--config", config, "node", "reboot", api)
 		expect(t, vm, bootTimeout, "borough: update: boot slot B version=1.1.0 boot=normal", running)

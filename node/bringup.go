@@ -16,6 +16,7 @@ import (
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/network"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/timeline"
@@ -60,7 +61,6 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	}
 	tl.Mark(timeline.Network)
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}}
-	b.updates.sealed = t != nil && enrol.StoragePolicy != keyfile.TPMDisabled
 	api := apiService(log, enrol, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates}, b.requests)
 	if api != nil {
 		failed = append(failed, *api)
@@ -81,16 +81,16 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		mgr.Fail(err)
 		return failed, nil
 	}
-	keys, err := clusterKeys(ctx, log, t, enrol.StoragePolicy)
+	book, err := sealBook(t, enrol.StoragePolicy)
 	if err != nil {
 		return nil, err
 	}
-	if b.updates.sealed {
-		b.updates.checkPCR4(keys.Sealer.BootPCRs)
-	}
+	b.updates.useSeals(book)
+	keys := clusterKeys(ctx, log, book, enrol.StoragePolicy)
 	keys.OwnerRecovery = enrol.OwnerRecovery
 	if err := st.MountData(storage.Config{
 		TPM:         t,
+		Seals:       book,
 		Policy:      enrol.StoragePolicy,
 		ClusterKeys: keys,
 		LocalKey:    keys.SetLocalKey,
@@ -99,6 +99,7 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		return nil, err
 	}
 	tl.Mark(timeline.Storage)
+	b.updates.settleRollBack()
 	if err := testMarker(log, params); err != nil {
 		return nil, err
 	}
@@ -161,29 +162,32 @@ func openTPM(log *slog.Logger) (*tpm.TPM, error) {
 	return t, nil
 }
 
+// sealBook returns what seals the node's keys to its TPM (package seals),
+// to this boot's PCR values from before they are capped; nil without a
+// TPM in use.
+func sealBook(t *tpm.TPM, policy keyfile.TPMPolicy) (*seals.Book, error) {
+	if t == nil || policy == keyfile.TPMDisabled {
+		return nil, nil
+	}
+	pcrs, err := t.PCRs(tpm.DefaultPCRs)
+	if err != nil {
+		return nil, err
+	}
+	return &seals.Book{TPM: t, BootPCRs: pcrs}, nil
+}
+
 // clusterKeys returns the keeper of the node's cluster unlock key, which
 // has unsealed what it needs from the ESP and answers its peers' share
-// requests. Keys it seals later in this boot are sealed to this boot's
-// PCR values from before they are capped.
-func clusterKeys(ctx context.Context, log *slog.Logger, t *tpm.TPM, policy keyfile.TPMPolicy) (*clusterkey.Keeper, error) {
-	if policy == keyfile.TPMDisabled {
-		t = nil
-	}
-	var pcrs map[uint][]byte
-	if t != nil {
-		var err error
-		if pcrs, err = t.PCRs(tpm.DefaultPCRs); err != nil {
-			return nil, err
-		}
-	}
+// requests. book (nil: no TPM in use) seals its keys.
+func clusterKeys(ctx context.Context, log *slog.Logger, book *seals.Book, policy keyfile.TPMPolicy) *clusterkey.Keeper {
 	keys := &clusterkey.Keeper{
 		ESPRoot: storage.ESPRoot,
-		Local:   storage.LocalEscrow(storage.ESPRoot, t, policy, pcrs),
-		Sealer:  &clusterkey.Sealer{TPM: t, BootPCRs: pcrs},
+		Local:   storage.LocalEscrow(storage.ESPRoot, policy, book),
+		Sealer:  &clusterkey.Sealer{Book: book},
 		Log:     log.With(console.ServiceKey, "unlock"),
 	}
 	keys.Boot(ctx)
-	return keys, nil
+	return keys
 }
 
 // capPCRs caps the PCRs the keys are sealed to, once bringUp is past

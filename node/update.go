@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/measure"
 	"github.com/borough-os/borough/internal/payload"
+	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/uki"
@@ -37,8 +39,8 @@ type updater struct {
 	st      *storage.Storage
 	running update.Running
 	dog     *watchdog.Dog
-	// sealed says the node's keys are sealed to its TPM.
-	sealed bool
+	// seals seals the node's keys to its TPM; nil without one in use.
+	seals *seals.Book
 
 	mu      sync.Mutex
 	rec     *update.Record
@@ -114,6 +116,7 @@ func (u *updater) confirmService(mgr *cluster.Manager) *supervisor.Service {
 		if err := update.Confirm(efivar.Dir, storage.ESPRoot, u.rec); err != nil {
 			return supervisor.Fatal(fmt.Errorf("confirming the update: %w", err))
 		}
+		u.settle(log)
 		if u.dog != nil {
 			if err := u.dog.Disarm(); err != nil {
 				log.Warn("disarming the watchdog", "err", err)
@@ -131,11 +134,7 @@ func (u *updater) confirmService(mgr *cluster.Manager) *supervisor.Service {
 func (u *updater) install(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	switch {
-	case u.sealed:
-		return nil, fmt.Errorf("this node's keys are sealed to its TPM, to this boot binary; " +
-			"resealing them to a new one is not built yet, so the new system could not unlock its data")
-	case u.outcome == update.TryBoot:
+	if u.outcome == update.TryBoot {
 		return nil, fmt.Errorf("this boot is the try boot of %s, not confirmed yet", u.rec.NewVersion)
 	}
 	part, err := u.st.Disk.ESPPartition()
@@ -147,6 +146,16 @@ func (u *updater) install(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, er
 	if err != nil {
 		return nil, err
 	}
+	if u.seals != nil {
+		pcrs, err := u.predictPCRs(req.GetBootBinary())
+		if err != nil {
+			return nil, fmt.Errorf("predicting the new boot binary's PCR 4, to seal the keys to it: %w", err)
+		}
+		if err := u.seals.SealNext(pcrs); err != nil {
+			return nil, err
+		}
+		u.log.Info("keys sealed to the new boot binary too", "files", len(u.seals.Files()), "pcr4", fmt.Sprintf("%x", pcrs[4][:8]))
+	}
 	if err := update.Arm(efivar.Dir, part, rec); err != nil {
 		return nil, err
 	}
@@ -154,34 +163,77 @@ func (u *updater) install(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, er
 	return &nodepb.UpdateResponse{Slot: string(rec.Slot), Version: rec.NewVersion}, nil
 }
 
-// checkPCR4 predicts this boot's PCR 4 from the firmware's event log and
-// the running boot binary, as an update predicts the new binary's, and
-// says whether the prediction holds: the TPM's value from before the cap
-// is bootPCRs[4].
-func (u *updater) checkPCR4(bootPCRs map[uint][]byte) {
-	err := func() error {
-		log, err := measure.ReadEventLog()
-		if err != nil {
-			return err
-		}
-		running, err := os.ReadFile(u.running.Slot.BootBinary().In(storage.ESPRoot))
-		if err != nil {
-			return err
-		}
-		predicted, err := measure.PredictPCR4(log, running, running)
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(predicted, bootPCRs[4]) {
-			return fmt.Errorf("predicted %x, the TPM has %x", predicted, bootPCRs[4])
-		}
-		return nil
-	}()
+// useSeals makes book the sealer of the node's keys, and checks that
+// PCR 4 can be predicted (checkPCR4).
+func (u *updater) useSeals(book *seals.Book) {
+	u.seals = book
+	if book != nil {
+		u.checkPCR4()
+	}
+}
+
+// predictPCRs returns the PCR values a boot of the boot binary next will
+// have: this boot's, with PCR 4 replayed from the firmware's event log
+// with next in the running boot binary's place. PCRs 7 (Secure Boot) and
+// 12 (command line) do not change with the boot binary: an update signed
+// with another db key changes PCR 7, cannot unseal, and rolls back.
+func (u *updater) predictPCRs(next []byte) (map[uint][]byte, error) {
+	log, err := measure.ReadEventLog()
+	if err != nil {
+		return nil, err
+	}
+	running, err := os.ReadFile(u.running.Slot.BootBinary().In(storage.ESPRoot))
+	if err != nil {
+		return nil, err
+	}
+	if next == nil {
+		next = running
+	}
+	pcr4, err := measure.PredictPCR4(log, running, next)
+	if err != nil {
+		return nil, err
+	}
+	pcrs := maps.Clone(u.seals.BootPCRs)
+	pcrs[4] = pcr4
+	return pcrs, nil
+}
+
+// checkPCR4 predicts this boot's PCR 4 as an update predicts a new boot
+// binary's, and says whether the prediction holds.
+func (u *updater) checkPCR4() {
+	pcrs, err := u.predictPCRs(nil)
+	if err == nil && !bytes.Equal(pcrs[4], u.seals.BootPCRs[4]) {
+		err = fmt.Errorf("predicted %x, the TPM has %x", pcrs[4], u.seals.BootPCRs[4])
+	}
 	if err != nil {
 		u.log.Warn("PCR 4 cannot be predicted from the event log: an update could not seal keys to a new boot binary", "err", err)
 		return
 	}
 	u.log.Info("PCR 4 predicted from the event log and the boot binary matches the TPM's")
+}
+
+// settle seals the node's keys to this boot alone, once an update's
+// outcome is known.
+func (u *updater) settle(log *slog.Logger) {
+	if u.seals == nil {
+		return
+	}
+	if err := u.seals.Settle(); err != nil {
+		log.Warn("sealing the keys to this boot alone", "err", err)
+		return
+	}
+	log.Info("keys sealed to this boot binary alone", "files", len(u.seals.Files()))
+}
+
+// settleRollBack settles the keys in the boot after a rollback, once
+// storage has unsealed them.
+func (u *updater) settleRollBack() {
+	u.mu.Lock()
+	rolledBack := u.outcome == update.RollBack
+	u.mu.Unlock()
+	if rolledBack {
+		u.settle(u.log)
+	}
 }
 
 // describe says where the last update is, for the node API.

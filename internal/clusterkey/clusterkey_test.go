@@ -57,15 +57,15 @@ func TestReadRecord(t *testing.T) {
 func TestSealerClear(t *testing.T) {
 	s := &Sealer{}
 	secret := bytes.Repeat([]byte{7}, 32)
-	b, err := s.Seal(secret)
+	b, err := s.Seal("key", secret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Unseal(b)
+	got, err := s.Unseal("key", b)
 	if err != nil || !bytes.Equal(got, secret) {
 		t.Errorf("Unseal(Seal) = %x, %v", got, err)
 	}
-	if _, err := s.Unseal([]byte(`{"version":1,"sealed":{"version":2}}`)); err == nil || !strings.Contains(err.Error(), "sealed to a TPM") {
+	if _, err := s.Unseal("key", []byte(`{"version":1,"sealed":{"version":2}}`)); err == nil || !strings.Contains(err.Error(), "sealed to a TPM") {
 		t.Errorf("Unseal of a sealed key without a TPM = %v", err)
 	}
 }

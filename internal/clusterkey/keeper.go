@@ -71,7 +71,7 @@ func (k *Keeper) Boot(ctx context.Context) {
 	case err != nil:
 		k.Log.Warn("reading the escrow key", "err", err)
 	default:
-		if k.escrowKey, err = k.Sealer.Unseal(b); err != nil {
+		if k.escrowKey, err = k.Sealer.Unseal(esp.EscrowKey.In(k.ESPRoot), b); err != nil {
 			k.Log.Warn("not answering share requests: unsealing the escrow key", "err", err)
 			k.escrowKey = nil
 		}
@@ -101,7 +101,7 @@ func (k *Keeper) readIdentity() (*unlock.Identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := k.Sealer.Unseal(sealed)
+	raw, err := k.Sealer.Unseal(esp.UnlockKey.In(k.ESPRoot), sealed)
 	if err != nil {
 		return nil, fmt.Errorf("unsealing %s: %w", esp.UnlockKey, err)
 	}

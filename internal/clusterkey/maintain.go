@@ -138,7 +138,7 @@ func (k *Keeper) syncIdentity(files consensus.Files) error {
 		if err != nil {
 			return err
 		}
-		sealed, err := k.Sealer.Seal(raw)
+		sealed, err := k.Sealer.Seal(esp.UnlockKey.In(k.ESPRoot), raw)
 		clear(raw)
 		if err != nil {
 			return err
@@ -215,7 +215,7 @@ func (k *Keeper) ensureEscrowKey() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		sealed, err := k.Sealer.Seal(priv)
+		sealed, err := k.Sealer.Seal(esp.EscrowKey.In(k.ESPRoot), priv)
 		if err != nil {
 			return nil, fmt.Errorf("sealing the escrow key: %w", err)
 		}

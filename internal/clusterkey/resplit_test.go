@@ -109,7 +109,7 @@ func TestReconcile(t *testing.T) {
 	}
 	b, _ := json.Marshal(map[string]any{"cluster": "prod", "members": dir})
 	write(t, root, esp.MemberDirectory, b)
-	local := storage.LocalEscrow(root, nil, keyfile.TPMBestEffort, nil)
+	local := storage.LocalEscrow(root, keyfile.TPMBestEffort, nil)
 	cuk, err := local.New()
 	if err != nil {
 		t.Fatal(err)

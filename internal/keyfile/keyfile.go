@@ -49,12 +49,20 @@ const KeySize = 32
 type File struct {
 	Version int             `json:"version"`
 	Sealed  json.RawMessage `json:"sealed,omitempty"`
-	Clear   []byte          `json:"clear,omitempty"`
+	// Next is the key sealed to the PCR values of an update's boot
+	// binary while its try boot is pending (internal/seals).
+	Next  json.RawMessage `json:"next,omitempty"`
+	Clear []byte          `json:"clear,omitempty"`
 }
 
 // IsSealed says whether the file holds a sealed key; a JSON null is none.
 func (f File) IsSealed() bool {
 	return len(f.Sealed) > 0 && string(f.Sealed) != "null"
+}
+
+// HasNext says whether the file also holds a key sealed for an update.
+func (f File) HasNext() bool {
+	return len(f.Next) > 0 && string(f.Next) != "null"
 }
 
 // Marshal encodes f, setting its version.

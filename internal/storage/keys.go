@@ -9,6 +9,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/crypt"
 	"github.com/borough-os/borough/internal/keyfile"
+	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/tpm"
 )
 
@@ -29,6 +30,9 @@ type keeper struct {
 	// bootPCRs, if set, are the values to seal to instead of the current
 	// ones: this boot's, read before the PCRs were capped.
 	bootPCRs map[uint][]byte
+	// book, if set, seals and unseals instead, and remembers the keys for
+	// an update (package seals).
+	book *seals.Book
 }
 
 // newKey returns a fresh unlock key from crypto/rand, mixed with the TPM's
@@ -54,6 +58,13 @@ func (k keeper) newKey() ([]byte, error) {
 // store seals key (if there is a TPM) and writes it to f.
 func (k keeper) store(f esp.File, key []byte) error {
 	var kf keyfile.File
+	if k.book != nil {
+		b, err := k.book.Seal(f.In(k.root), key)
+		if err != nil {
+			return fmt.Errorf("sealing %s: %w", f, err)
+		}
+		return writeESP(k.root, f, b)
+	}
 	if k.tpm != nil {
 		seal := func() (*tpm.Sealed, error) { return k.tpm.Seal(key, tpm.DefaultPCRs) }
 		if k.bootPCRs != nil {
@@ -94,13 +105,9 @@ func (k keeper) load(f esp.File) ([]byte, error) {
 		if k.tpm == nil {
 			return nil, fmt.Errorf("%s: %w", f, ErrNoTPMForKey)
 		}
-		sealed, err := tpm.UnmarshalSealed(kf.Sealed)
+		key, err := k.unseal(f, kf)
 		if err != nil {
-			return nil, fmt.Errorf("parsing %s: %w", f, err)
-		}
-		key, err := k.tpm.Unseal(sealed)
-		if err != nil {
-			return nil, fmt.Errorf("unsealing %s: %w", f, err)
+			return nil, err
 		}
 		return checkSize(f, key)
 	case kf.Clear != nil:
@@ -111,6 +118,26 @@ func (k keeper) load(f esp.File) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("%s holds no key", f)
 	}
+}
+
+// unseal opens the sealed key in kf, the key file f.
+func (k keeper) unseal(f esp.File, kf *keyfile.File) ([]byte, error) {
+	if k.book != nil {
+		key, err := k.book.Unseal(f.In(k.root), kf)
+		if err != nil {
+			return nil, fmt.Errorf("unsealing %s: %w", f, err)
+		}
+		return key, nil
+	}
+	sealed, err := tpm.UnmarshalSealed(kf.Sealed)
+	if err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", f, err)
+	}
+	key, err := k.tpm.Unseal(sealed)
+	if err != nil {
+		return nil, fmt.Errorf("unsealing %s: %w", f, err)
+	}
+	return key, nil
 }
 
 func checkSize(f esp.File, key []byte) ([]byte, error) {
@@ -140,13 +167,14 @@ type Escrow struct {
 }
 
 // LocalEscrow is the Escrow on the ESP mounted at espRoot of a node with
-// TPM t (nil: none) and policy. bootPCRs are this boot's PCR values from
-// before they were capped, which keys stored later are sealed to.
-func LocalEscrow(espRoot string, t *tpm.TPM, policy keyfile.TPMPolicy, bootPCRs map[uint][]byte) Escrow {
-	if policy == keyfile.TPMDisabled {
-		t = nil
+// policy, whose keys book seals (nil: no TPM, or a disabled one) to this
+// boot's PCR values from before they were capped.
+func LocalEscrow(espRoot string, policy keyfile.TPMPolicy, book *seals.Book) Escrow {
+	k := keeper{root: espRoot, policy: policy}
+	if book != nil && policy != keyfile.TPMDisabled {
+		k.tpm, k.bootPCRs, k.book = book.TPM, book.BootPCRs, book
 	}
-	return Escrow{k: keeper{root: espRoot, tpm: t, policy: policy, bootPCRs: bootPCRs}}
+	return Escrow{k: k}
 }
 
 // Put stores cuk again, as when a cluster shrank to one voter and the

@@ -33,6 +33,7 @@ import (
 	"github.com/borough-os/borough/internal/bootdisk"
 	"github.com/borough-os/borough/internal/crypt"
 	"github.com/borough-os/borough/internal/keyfile"
+	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/tpm"
 )
 
@@ -57,6 +58,9 @@ const (
 type Config struct {
 	// TPM is the machine's TPM, or nil if it has none.
 	TPM *tpm.TPM
+	// Seals, if set, seals and unseals the local unlock key on TPM, and
+	// remembers it for an update (package seals).
+	Seals *seals.Book
 	// Policy says whether the TPM must be used.
 	Policy keyfile.TPMPolicy
 	// ClusterKeys supplies the CUK; nil means an Escrow on the ESP.
@@ -125,11 +129,14 @@ func (s *Storage) MountData(cfg Config) error {
 		cfg.Pause = func(string) {}
 	}
 	k := keeper{root: ESPRoot, tpm: cfg.TPM, policy: cfg.Policy}
+	if cfg.TPM != nil {
+		k.book = cfg.Seals
+	}
 	switch {
 	case cfg.Policy == keyfile.TPMRequired && cfg.TPM == nil:
 		return errors.New("the storage policy requires a TPM, and this machine has none")
 	case cfg.Policy == keyfile.TPMDisabled:
-		k.tpm = nil
+		k.tpm, k.book = nil, nil
 	}
 	if cfg.ClusterKeys == nil {
 		cfg.ClusterKeys = Escrow{k: k}

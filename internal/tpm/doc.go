@@ -64,13 +64,11 @@
 // # Updates
 //
 // Installing a new boot binary changes PCR 4 on the next boot, so a key
-// sealed to the current values would no longer unseal. Before rebooting into
-// a new binary, an update must predict its PCR 4 value by replaying the
-// firmware's TCG event log for PCR 4 with the new binary's Authenticode hash
-// in place of the current one, then reseal the key to the predicted value
-// with [TPM.SealTo], PCRs 7 and 12 keeping their values from the event
-// log (not the capped ones). Until the new binary has booted, it must keep
-// the old blob too, so that a failed update can fall back.
+// sealed to the current values would no longer unseal. An update seals
+// each key again with [TPM.SealTo], to the new binary's PCR 4 as package
+// measure predicts it from the firmware's event log and PCRs 7 and 12 as
+// this boot had them before the cap, and keeps the old seal until the new
+// binary has booted and confirmed itself (package seals).
 //
 // # Usage
 //
