@@ -165,9 +165,10 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 	if mg.cfg.overrides.listenOnIP {
 		js.Addr = net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(join.Port))
 	}
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	go func() { errs <- c.Run(ctx) }()
 	go func() { errs <- js.Run(ctx) }()
+	go func() { errs <- mg.watchRemoval(ctx, c, rec.Node) }()
 	go mg.reportPromotion(ctx, c)
 	go mg.keepDirectory(ctx, c, cluster)
 	if mg.cfg.Keys != nil {
@@ -180,6 +181,7 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 	}()
 	err := <-errs
 	cancel()
+	<-errs
 	<-errs
 	return err
 }

@@ -113,6 +113,38 @@ func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Con
 	}
 }
 
+// watchRemoval asks the peers whether the cluster removed this node once
+// its member has known no leader for statusAfter, and returns
+// consensus.ErrRemoved when one says so. A removal revokes the node's
+// certificate first: the peers can put the revocation in force and refuse
+// the member before the removal reaches it, and a member cut off so never
+// learns it from etcd.
+func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, self string) error {
+	var since time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		switch {
+		case c.HasLeader():
+			since = time.Time{}
+			continue
+		case since.IsZero():
+			since = time.Now()
+			continue
+		case time.Since(since) < statusAfter:
+			continue
+		}
+		since = time.Now()
+		if removed, err := mg.askStatus(ctx, self); err == nil && removed {
+			mg.log.Warn("this member knows no leader, and a peer says the cluster removed it")
+			return consensus.ErrRemoved
+		}
+	}
+}
+
 // askStatus asks the peers in the member directory whether the cluster
 // still counts this node as a member.
 func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {

@@ -261,6 +261,12 @@ func (c *Consensus) Removed() bool {
 	return c.etcd.Server.IsIDRemoved(c.MemberID())
 }
 
+// HasLeader says whether this member knows a leader: a member cut off
+// from its peers soon knows none.
+func (c *Consensus) HasLeader() bool {
+	return c.etcd.Server.Leader() != 0
+}
+
 // IsLearner says whether this member is a learner. A member the cluster
 // removed is none (etcd's own IsLearner panics for it, and a removal can
 // come at any time).
