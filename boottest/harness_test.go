@@ -130,3 +130,14 @@ func expect(t testing.TB, vm *qemu.VM, timeout time.Duration, lines ...string) {
 		}
 	}
 }
+
+// sawLine waits up to timeout for line anywhere on the console, before or
+// after expect's cursor: for what a node logs from the background.
+func sawLine(t testing.TB, vm *qemu.VM, line string, timeout time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !strings.Contains(vm.Console(), line); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("console did not show %q within %v\n%s", line, timeout, vm.Tail(20))
+		}
+	}
+}

@@ -89,7 +89,7 @@ func (u *updater) armWatchdog() {
 	}
 	u.dog = dog
 	u.log.Info("try boot: watchdog armed", "timeout", dog.Timeout(), "deadline", tryDeadline)
-	go dog.Keep(context.Background(), time.Now().Add(tryDeadline))
+	go dog.Keep(time.Now().Add(tryDeadline))
 }
 
 // confirmService is, in a try boot, the service that confirms the update
@@ -163,12 +163,12 @@ func (u *updater) install(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, er
 	return &nodepb.UpdateResponse{Slot: string(rec.Slot), Version: rec.NewVersion}, nil
 }
 
-// useSeals makes book the sealer of the node's keys, and checks that
-// PCR 4 can be predicted (checkPCR4).
+// useSeals makes book the sealer of the node's keys, and checks, off the
+// boot path (it reads the whole boot binary), that PCR 4 can be predicted.
 func (u *updater) useSeals(book *seals.Book) {
 	u.seals = book
 	if book != nil {
-		u.checkPCR4()
+		go u.checkPCR4()
 	}
 }
 

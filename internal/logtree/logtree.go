@@ -60,11 +60,13 @@ type Filter struct {
 
 // Match reports whether f selects e.
 func (f Filter) Match(e Entry) bool {
-	if f.Service != "" && e.Service != f.Service && !strings.HasPrefix(e.Service, f.Service+"/") &&
-		!strings.HasSuffix(e.Service, "/"+f.Service) {
-		return false
-	}
-	return (f.AfterSeq == 0 || e.Seq > f.AfterSeq) && !e.Time.Before(f.Since)
+	return f.MatchService(e.Service) && (f.AfterSeq == 0 || e.Seq > f.AfterSeq) && !e.Time.Before(f.Since)
+}
+
+// MatchService reports whether f selects the entries of service.
+func (f Filter) MatchService(service string) bool {
+	return f.Service == "" || service == f.Service || strings.HasPrefix(service, f.Service+"/") ||
+		strings.HasSuffix(service, "/"+f.Service)
 }
 
 // Tree is the in-memory log. Its zero value is not usable; use New.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protodelim"
@@ -26,6 +28,11 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.GetBoot() != 0 {
 		s.earlierBoot(w, req.GetBoot(), req.GetFollow(), f)
+		return
+	}
+	if f.Service != "" && !req.GetFollow() && !slices.ContainsFunc(s.Logs.Services(), f.MatchService) {
+		http.Error(w, fmt.Sprintf("no service %q has logged; these have: %s", f.Service,
+			strings.Join(s.Logs.Services(), ", ")), http.StatusNotFound)
 		return
 	}
 	flusher, _ := w.(http.Flusher)
@@ -50,9 +57,11 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 			return
 		case e, ok := <-sub.C:
 			if !ok {
-				writeEntries(bw, []logtree.Entry{{Time: time.Now(), Service: "node-api", Level: slog.LevelWarn,
-					Text: "stopped following: the client read too slowly; follow again from here"}})
-				bw.Flush()
+				if sub.Lagged() {
+					writeEntries(bw, []logtree.Entry{{Time: time.Now(), Service: "node-api", Level: slog.LevelWarn,
+						Text: "stopped following: the client read too slowly; follow again from here"}})
+					bw.Flush()
+				}
 				return
 			}
 			// A burst goes out in one write.

@@ -139,6 +139,7 @@ func TestLogs(t *testing.T) {
 		{"all", &nodepb.LogsRequest{}, "data volume unlocked,ready", ""},
 		{"one service", &nodepb.LogsRequest{Service: "cluster"}, "ready", ""},
 		{"since later", &nodepb.LogsRequest{SinceUnixNano: time.Now().Add(time.Hour).UnixNano()}, "", ""},
+		{"a service that never logged", &nodepb.LogsRequest{Service: "etc"}, "", `no service "etc" has logged; these have: cluster/etcd, storage`},
 		{"an earlier boot, no journal", &nodepb.LogsRequest{Boot: -1}, "", "no log of earlier boots"},
 		{"follow an earlier boot", &nodepb.LogsRequest{Boot: -1, Follow: true}, "", "only the current boot"},
 	} {

@@ -18,6 +18,7 @@
 package nodeapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -118,20 +119,12 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 			return fallback, nil
 		},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 || !s.Owner.Equal(parse(raw[0])) {
+			if len(raw) == 0 || !bytes.Equal(raw[0], s.Owner.Raw) {
 				return errNotOwner
 			}
 			return nil
 		},
 	}, nil
-}
-
-func parse(der []byte) *x509.Certificate {
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		return &x509.Certificate{}
-	}
-	return c
 }
 
 // Handler answers requests on connections whose client Serve's TLS

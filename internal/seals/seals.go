@@ -38,7 +38,8 @@ import (
 // BootPCRs.
 type Book struct {
 	TPM *tpm.TPM
-	// BootPCRs are this boot's PCR values from before they were capped.
+	// BootPCRs are this boot's PCR values from before they were capped;
+	// nil seals to the TPM's current values.
 	BootPCRs map[uint][]byte
 
 	mu      sync.Mutex
@@ -81,6 +82,12 @@ func (b *Book) seal(secret []byte, next map[uint][]byte) (keyfile.File, error) {
 }
 
 func (b *Book) sealTo(secret []byte, pcrs map[uint][]byte) ([]byte, error) {
+	if pcrs == nil {
+		var err error
+		if pcrs, err = b.TPM.PCRs(tpm.DefaultPCRs); err != nil {
+			return nil, err
+		}
+	}
 	s, err := b.TPM.SealTo(secret, pcrs)
 	if err != nil {
 		return nil, err
@@ -106,10 +113,14 @@ func (b *Book) Unseal(path string, f *keyfile.File) ([]byte, error) {
 	return secret, nil
 }
 
+// ErrParse says a key file's seal does not parse: it was not a TPM seal
+// this node reads.
+var ErrParse = errors.New("the sealed key does not parse")
+
 func (b *Book) unsealRaw(raw []byte) ([]byte, error) {
 	s, err := tpm.UnmarshalSealed(raw)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrParse, err)
 	}
 	return b.TPM.Unseal(s)
 }

@@ -27,12 +27,18 @@ type keeper struct {
 	root   string
 	tpm    *tpm.TPM
 	policy keyfile.TPMPolicy
-	// bootPCRs, if set, are the values to seal to instead of the current
-	// ones: this boot's, read before the PCRs were capped.
-	bootPCRs map[uint][]byte
-	// book, if set, seals and unseals instead, and remembers the keys for
-	// an update (package seals).
+	// book seals and unseals, and remembers the keys for an update
+	// (package seals); without one, keys are sealed to tpm's current
+	// values and not remembered.
 	book *seals.Book
+}
+
+// seals returns what seals and unseals the keeper's keys.
+func (k keeper) seals() *seals.Book {
+	if k.book != nil {
+		return k.book
+	}
+	return &seals.Book{TPM: k.tpm}
 }
 
 // newKey returns a fresh unlock key from crypto/rand, mixed with the TPM's
@@ -57,32 +63,16 @@ func (k keeper) newKey() ([]byte, error) {
 
 // store seals key (if there is a TPM) and writes it to f.
 func (k keeper) store(f esp.File, key []byte) error {
-	var kf keyfile.File
-	if k.book != nil {
-		b, err := k.book.Seal(f.In(k.root), key)
+	if k.tpm == nil {
+		b, err := keyfile.File{Clear: key}.Marshal()
 		if err != nil {
-			return fmt.Errorf("sealing %s: %w", f, err)
+			return err
 		}
 		return writeESP(k.root, f, b)
 	}
-	if k.tpm != nil {
-		seal := func() (*tpm.Sealed, error) { return k.tpm.Seal(key, tpm.DefaultPCRs) }
-		if k.bootPCRs != nil {
-			seal = func() (*tpm.Sealed, error) { return k.tpm.SealTo(key, k.bootPCRs) }
-		}
-		sealed, err := seal()
-		if err != nil {
-			return fmt.Errorf("sealing %s: %w", f, err)
-		}
-		if kf.Sealed, err = sealed.Marshal(); err != nil {
-			return err
-		}
-	} else {
-		kf.Clear = key
-	}
-	b, err := kf.Marshal()
+	b, err := k.seals().Seal(f.In(k.root), key)
 	if err != nil {
-		return err
+		return fmt.Errorf("sealing %s: %w", f, err)
 	}
 	return writeESP(k.root, f, b)
 }
@@ -122,19 +112,11 @@ func (k keeper) load(f esp.File) ([]byte, error) {
 
 // unseal opens the sealed key in kf, the key file f.
 func (k keeper) unseal(f esp.File, kf *keyfile.File) ([]byte, error) {
-	if k.book != nil {
-		key, err := k.book.Unseal(f.In(k.root), kf)
-		if err != nil {
-			return nil, fmt.Errorf("unsealing %s: %w", f, err)
-		}
-		return key, nil
-	}
-	sealed, err := tpm.UnmarshalSealed(kf.Sealed)
-	if err != nil {
+	key, err := k.seals().Unseal(f.In(k.root), kf)
+	switch {
+	case errors.Is(err, seals.ErrParse):
 		return nil, fmt.Errorf("parsing %s: %w", f, err)
-	}
-	key, err := k.tpm.Unseal(sealed)
-	if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("unsealing %s: %w", f, err)
 	}
 	return key, nil
@@ -172,7 +154,7 @@ type Escrow struct {
 func LocalEscrow(espRoot string, policy keyfile.TPMPolicy, book *seals.Book) Escrow {
 	k := keeper{root: espRoot, policy: policy}
 	if book != nil && policy != keyfile.TPMDisabled {
-		k.tpm, k.bootPCRs, k.book = book.TPM, book.BootPCRs, book
+		k.tpm, k.book = book.TPM, book
 	}
 	return Escrow{k: k}
 }

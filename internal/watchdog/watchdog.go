@@ -8,10 +8,10 @@
 package watchdog
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +27,9 @@ var ErrNone = errors.New("no hardware watchdog")
 type Dog struct {
 	f       *os.File
 	timeout time.Duration
+
+	mu       sync.Mutex
+	disarmed bool
 }
 
 // Arm opens the watchdog at path, which arms it, with the given timeout
@@ -54,32 +57,42 @@ func Arm(path string, timeout time.Duration) (*Dog, error) {
 // Timeout is the watchdog's timeout as the driver set it.
 func (d *Dog) Timeout() time.Duration { return d.timeout }
 
-// Feed restarts the watchdog's countdown.
+// Feed restarts the watchdog's countdown; it does nothing once the
+// watchdog is disarmed.
 func (d *Dog) Feed() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.disarmed {
+		return nil
+	}
 	if _, err := d.f.Write([]byte{0}); err != nil {
 		return fmt.Errorf("feeding the watchdog: %w", err)
 	}
 	return nil
 }
 
-// Keep feeds the watchdog until ctx ends or deadline passes, then stops
-// feeding it: past the deadline, the machine resets within a timeout.
-func (d *Dog) Keep(ctx context.Context, deadline time.Time) {
-	tick := time.NewTicker(d.timeout / 3)
-	defer tick.Stop()
-	for time.Now().Before(deadline) {
-		_ = d.Feed()
-		select {
-		case <-ctx.Done():
+// Keep feeds the watchdog until it is disarmed or deadline passes, then
+// stops feeding it: past the deadline, the machine resets within a
+// timeout.
+func (d *Dog) Keep(deadline time.Time) {
+	for ; time.Now().Before(deadline); time.Sleep(d.timeout / 3) {
+		d.mu.Lock()
+		disarmed := d.disarmed
+		d.mu.Unlock()
+		if disarmed {
 			return
-		case <-tick.C:
 		}
+		_ = d.Feed()
 	}
 }
 
 // Disarm stops the watchdog: the "magic close" of the kernel's interface,
-// a 'V' before close, which drivers honour unless built with NOWAYOUT.
+// a 'V' as the last write before close, which drivers honour unless built
+// with NOWAYOUT. Feed writes nothing after it.
 func (d *Dog) Disarm() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.disarmed = true
 	_, werr := d.f.Write([]byte("V"))
 	return errors.Join(werr, d.f.Close())
 }
