@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -73,16 +72,11 @@ func (l *logs) journalService() supervisor.Service {
 	}}
 }
 
-// apiService is the node API for the owner of enrol; nil for a cluster
-// without an owner.
-func apiService(log *slog.Logger, enrol *enrolment.Enrolment, mgr *cluster.Manager, lg *logs, about about,
-	requests chan<- int) *supervisor.Service {
-	if enrol.Owner == nil {
-		log.Info("no node API: the cluster has no owner to serve")
-		return nil
-	}
+// apiService is the node API for the cluster's owner: the one the
+// enrolment names, or for a joined node the one the cluster gave it.
+func apiService(enrol *enrolment.Enrolment, mgr *cluster.Manager, lg *logs, about about, requests chan<- int) supervisor.Service {
 	s := &nodeapi.Server{
-		Owner: enrol.Owner, Identity: mgr.Identity, Logs: lg.tree, Journal: lg.journal,
+		Owner: mgr.Owner, Identity: mgr.Identity, Logs: lg.tree, Journal: lg.journal,
 		Info:   func() *nodepb.Info { return about.info(mgr.Status(), enrol.ClusterName) },
 		Update: about.updates.install,
 		Power: func(a nodepb.PowerRequest_Action) {
@@ -93,7 +87,7 @@ func apiService(log *slog.Logger, enrol *enrolment.Enrolment, mgr *cluster.Manag
 			request(requests, code)
 		},
 	}
-	return &supervisor.Service{Name: "node-api", Run: func(ctx context.Context) error {
+	return supervisor.Service{Name: "node-api", Run: func(ctx context.Context) error {
 		s.Log = supervisor.Logger(ctx)
 		return s.Run(ctx)
 	}}

@@ -60,11 +60,8 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		return nil, nil
 	}
 	tl.Mark(timeline.Network)
-	failed := []supervisor.Service{{Name: "network", Run: net.Run}}
-	api := apiService(log, enrol, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates}, b.requests)
-	if api != nil {
-		failed = append(failed, *api)
-	}
+	failed := []supervisor.Service{{Name: "network", Run: net.Run},
+		apiService(enrol, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates}, b.requests)}
 	ntpServers := enrol.NTPServers
 	if len(ntpServers) == 0 {
 		ntpServers = net.NTPServers()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"os"
@@ -116,7 +117,7 @@ func etcdEnv(stdout io.Writer, node, fingerprint string) error {
 // ownerClient connects to node as the owner, verifying it against its
 // pinned CA.
 func ownerClient(node, fingerprint string) (*clientv3.Client, error) {
-	caFile, err := pinCA(node, fingerprint)
+	ca, err := pinnedCA(node, fingerprint)
 	if err != nil {
 		return nil, err
 	}
@@ -124,15 +125,24 @@ func ownerClient(node, fingerprint string) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(caFile)
+	return admin.Connect([]string{node}, ca, kp)
+}
+
+// pinnedCA is the CA pinned for node (pinCA), parsed.
+func pinnedCA(node, fingerprint string) (*x509.Certificate, error) {
+	path, err := pinCA(node, fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	ca, err := pki.ParseCertPEM(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", caFile, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return admin.Connect([]string{node}, ca, kp)
+	return ca, nil
 }
 
 // asOwner runs fn with a client of node's cluster, as the owner, and a

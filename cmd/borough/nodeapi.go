@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/borough-os/borough/internal/nodeapi"
-	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
@@ -41,17 +40,11 @@ func apiClient(node string, f apiFlags) (*nodeapi.Client, error) {
 	if f.unverified {
 		return c, nil
 	}
-	path, err := pinCA(node, f.fingerprint)
+	ca, err := pinnedCA(node, f.fingerprint)
 	if err != nil {
 		return nil, fmt.Errorf("%w (a node that failed before it joined a cluster has no CA: --unverified)", err)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if c.CA, err = pki.ParseCertPEM(b); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
+	c.CA = ca
 	return c, nil
 }
 

@@ -92,9 +92,12 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 	}
 	fmt.Fprintf(stderr, "cluster running (CA %s); consoles in %s/node*/console.log; Ctrl-C powers every node off\n",
 		c.Fingerprint, f.state)
+	update := fmt.Sprintf("borough update --cluster %s IMAGE --fingerprint %s", strings.Join(c.Endpoints(), ","), c.Fingerprint)
 	for _, n := range c.Nodes {
 		fmt.Fprintf(stderr, "node%d's API: borough logs %s --fingerprint %s\n", n.Index+1, n.API(), c.Fingerprint)
+		update += fmt.Sprintf(" --api %s=%s", n.Name, n.API())
 	}
+	fmt.Fprintf(stderr, "update every node, one at a time: %s\n", update)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "powering the cluster off")
 	return c.PowerOff(time.Minute)

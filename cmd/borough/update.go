@@ -4,112 +4,158 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/rollout"
 	"github.com/borough-os/borough/internal/update"
-	"github.com/borough-os/borough/proto/nodepb"
 )
 
-// pollEvery is how often update asks the node whether it is back.
-const pollEvery = 2 * time.Second
+type updateFlags struct {
+	api          apiFlags
+	cluster      bool
+	force        bool
+	wait, settle time.Duration
+	addrs        []string
+}
 
 func updateCommand() *cobra.Command {
-	var f apiFlags
-	var force bool
-	var wait time.Duration
+	var f updateFlags
 	c := &cobra.Command{
-		Use:   "update NODE IMAGE",
-		Short: "Update the node whose API is at NODE to the version in IMAGE, on trial, and wait for it",
+		Use:   "update NODE IMAGE | update --cluster ENDPOINTS IMAGE",
+		Short: "Update the node whose API is at NODE, or every member of a cluster one at a time, to the version in IMAGE",
 		Long: `update sends the boot binary and node payload of IMAGE (a disk image that
 borough image build wrote, as out/borough.img) to the node. The node writes
 them into its other boot slot, reboots into it once, and keeps it only when
 the new system runs and its cluster answers it; otherwise the machine goes
 back to the version it ran by itself. update waits for either and says
-which. An older or the same version is refused unless --force.`,
+which. An older or the same version is refused unless --force.
+
+With --cluster, ENDPOINTS are etcd client endpoints of a cluster (HOST:PORT,
+comma-separated; give more than one, as the member behind each reboots in
+turn) and update does the same to each member that does not run IMAGE's
+version: learners first, the leader last, one at a time, each only once every
+member runs and etcd answers a linearizable read, so the cluster keeps its
+quorum. A member that rolls back stops it. A cluster of fewer than three
+voters is refused: it would lose quorum. Each member's node API is its
+client URL's host at port 7835, or the address --api NAME=HOST:PORT gives;
+it must present its certificate for its member name.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runUpdate(cmd.OutOrStdout(), args[0], args[1], f, force, wait)
+			up, err := readUpdate(args[1], f.force)
+			if err != nil {
+				return err
+			}
+			if f.cluster {
+				return runRollout(cmd.OutOrStdout(), args[0], up, f)
+			}
+			if len(f.addrs) > 0 {
+				return fmt.Errorf("--api is for --cluster")
+			}
+			c, err := apiClient(args[0], f.api)
+			if err != nil {
+				return err
+			}
+			return rollout.Node(context.Background(), cmd.OutOrStdout(), c, up, f.wait)
 		},
 	}
-	f.add(c)
-	c.Flags().BoolVar(&force, "force", false, "install a version that is not newer than the running one")
-	c.Flags().DurationVar(&wait, "wait", 10*time.Minute, "how long to wait for the node to confirm or roll back")
+	f.api.add(c)
+	c.Flags().BoolVar(&f.force, "force", false, "install a version that is not newer than the running one")
+	c.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long to wait for a node to confirm or roll back")
+	c.Flags().BoolVar(&f.cluster, "cluster", false, "update every member of the cluster at ENDPOINTS, one at a time")
+	c.Flags().DurationVar(&f.settle, "settle", 10*time.Minute, "with --cluster, how long to wait for every member to run before the next")
+	c.Flags().StringArrayVar(&f.addrs, "api", nil, "with --cluster, NAME=HOST:PORT: the node API of member NAME (repeat for each)")
 	return c
 }
 
 // readUpdate reads the boot binary and node payload from an image's ESP.
-func readUpdate(image string) (*nodepb.UpdateRequest, error) {
+func readUpdate(image string, force bool) (rollout.Update, error) {
 	boot, err := readESPFile(image, esp.BootBinary)
 	if err != nil {
-		return nil, err
+		return rollout.Update{}, err
 	}
 	sha, err := update.PayloadSHA(boot)
 	if err != nil {
-		return nil, fmt.Errorf("the boot binary of %s: %w", image, err)
+		return rollout.Update{}, fmt.Errorf("the boot binary of %s: %w", image, err)
 	}
 	payload, err := readESPFile(image, esp.NodePayload(sha))
 	if err != nil {
-		return nil, err
+		return rollout.Update{}, err
 	}
-	return &nodepb.UpdateRequest{BootBinary: boot, Payload: payload}, nil
+	up, err := rollout.NewUpdate(boot, payload, force)
+	if err != nil {
+		return rollout.Update{}, fmt.Errorf("%s: %w", image, err)
+	}
+	return up, nil
 }
 
-func runUpdate(stdout io.Writer, node, image string, f apiFlags, force bool, wait time.Duration) error {
-	req, err := readUpdate(image)
+func runRollout(stdout io.Writer, endpoints string, up rollout.Update, f updateFlags) error {
+	if f.api.unverified {
+		return fmt.Errorf("--unverified: a cluster's members are verified against its CA, always")
+	}
+	addrs, err := apiAddrs(f.addrs)
 	if err != nil {
 		return err
 	}
-	req.Force = force
-	c, err := apiClient(node, f)
+	eps := strings.Split(endpoints, ",")
+	ca, err := pinnedCA(eps[0], f.api.fingerprint)
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
-	before, err := c.Info(ctx)
+	kp, err := ownerKeyPair()
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	fmt.Fprintf(stdout, "sending %s (%d MiB) to %s, which runs %s in slot %s\n", image,
-		(len(req.BootBinary)+len(req.Payload))>>20, node, before.GetVersion(), before.GetBootSlot())
-	resp, err := c.Update(ctx, req)
+	etcd, err := admin.Connect(eps, ca, kp)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "installed %s in slot %s; the node reboots into it on trial\n", resp.GetVersion(), resp.GetSlot())
-	return awaitUpdate(ctx, stdout, c, before.GetBootSlot(), resp, start, wait)
+	defer etcd.Close()
+	c := &rollout.Cluster{Etcd: etcd, Out: stdout, Wait: f.wait, Settle: f.settle,
+		API: func(name string, clientURLs []string) (*nodeapi.Client, error) {
+			addr, err := memberAPI(name, clientURLs, addrs)
+			if err != nil {
+				return nil, err
+			}
+			return &nodeapi.Client{Addr: addr, Owner: kp, CA: ca, ServerName: name}, nil
+		}}
+	fmt.Fprintf(stdout, "rolling %s out to the cluster at %s, one member at a time\n", up.Version, endpoints)
+	return c.Run(context.Background(), up)
 }
 
-// awaitUpdate polls the node until it runs the update, confirmed, or runs
-// the old slot again, rolled back.
-func awaitUpdate(ctx context.Context, stdout io.Writer, c *nodeapi.Client, oldSlot string, resp *nodepb.UpdateResponse,
-	start time.Time, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	last := ""
-	for time.Now().Before(deadline) {
-		time.Sleep(pollEvery)
-		info, err := c.Info(ctx)
-		if err != nil {
-			continue
+// apiAddrs parses --api NAME=HOST:PORT flags.
+func apiAddrs(flags []string) (map[string]string, error) {
+	addrs := map[string]string{}
+	for _, f := range flags {
+		name, addr, ok := strings.Cut(f, "=")
+		if _, _, err := net.SplitHostPort(addr); !ok || name == "" || err != nil {
+			return nil, fmt.Errorf("--api %q: want NAME=HOST:PORT, as node-1a2b3c4d=127.0.0.1:7835", f)
 		}
-		took := time.Since(start).Round(100 * time.Millisecond)
-		switch {
-		case info.GetBootSlot() == resp.GetSlot() && strings.HasPrefix(info.GetUpdate(), string(update.Confirmed)):
-			fmt.Fprintf(stdout, "updated: slot %s runs %s, confirmed, %v after the update was sent\n", resp.GetSlot(), info.GetVersion(), took)
-			return nil
-		case info.GetBootSlot() == oldSlot && strings.HasPrefix(info.GetUpdate(), string(update.RolledBack)):
-			return fmt.Errorf("the update did not confirm itself: the node rolled back to %s in slot %s, %v after the update was sent (borough logs %s --boot -1 has the try boot's log, if it mounted its data)",
-				info.GetVersion(), oldSlot, took, c.Addr)
-		}
-		if s := info.GetBootSlot() + " " + info.GetState() + " " + info.GetUpdate(); s != last {
-			fmt.Fprintf(stdout, "node: slot %s, %s, %s\n", info.GetBootSlot(), info.GetState(), info.GetUpdate())
-			last = s
-		}
+		addrs[name] = addr
 	}
-	return fmt.Errorf("the node neither confirmed nor rolled back the update in %v", wait)
+	return addrs, nil
+}
+
+// memberAPI is the node API address of member name: the one given, or its
+// first client URL's host at the node API's port.
+func memberAPI(name string, clientURLs []string, given map[string]string) (string, error) {
+	if addr, ok := given[name]; ok {
+		return addr, nil
+	}
+	if len(clientURLs) == 0 {
+		return "", fmt.Errorf("it has no client URL to find its node API by: give --api %s=HOST:PORT", name)
+	}
+	u, err := url.Parse(clientURLs[0])
+	if err != nil || u.Hostname() == "" {
+		return "", fmt.Errorf("its client URL %q names no host: give --api %s=HOST:PORT", clientURLs[0], name)
+	}
+	return net.JoinHostPort(u.Hostname(), strconv.Itoa(nodeapi.Port)), nil
 }

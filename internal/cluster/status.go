@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -54,6 +55,29 @@ func (mg *Manager) Healthy(ctx context.Context) error {
 		return fmt.Errorf("a linearizable read: %w", err)
 	}
 	return nil
+}
+
+// Owner returns the cluster owner's certificate: the enrolment's, or for a
+// node that joined, the one the cluster gave it. It is nil for a cluster
+// without an owner, and for a joined node before its data volume is
+// mounted.
+func (mg *Manager) Owner() *x509.Certificate {
+	if owner := mg.cfg.Enrolment.Owner; owner != nil {
+		return owner
+	}
+	if mg.cfg.DataRoot == "" {
+		return nil
+	}
+	b, err := os.ReadFile(mg.pkiFiles().Owner())
+	if err != nil {
+		return nil
+	}
+	owner, err := pki.ParseCertPEM(b)
+	if err != nil {
+		mg.log.Warn("the owner's certificate on the data volume", "error", err)
+		return nil
+	}
+	return owner
 }
 
 // ErrNoIdentity says the node has no certificate of a cluster yet.

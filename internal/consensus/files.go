@@ -22,6 +22,11 @@ func (f Files) Key() string     { return filepath.Join(f.Dir, "node-key.pem") }
 func (f Files) Trusted() string { return filepath.Join(f.Dir, "client-trust.pem") }
 func (f Files) CRL() string     { return filepath.Join(f.Dir, "crl.der") }
 
+// Owner is the owner's certificate, for the node's own services to know
+// their owner by (a joined node's enrolment does not name it); absent for
+// a cluster without an owner.
+func (f Files) Owner() string { return filepath.Join(f.Dir, "owner.pem") }
+
 // CAKey is the node's copy of the cluster CA's key, with which it gives
 // itself a new certificate when its address changed while it was down
 // (see package keyspace for who holds the CA key, and why).
@@ -65,7 +70,7 @@ func (f Files) Write(b Bundle) error {
 	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
 		return err
 	}
-	for _, file := range []struct {
+	files := []struct {
 		path string
 		data []byte
 	}{
@@ -74,7 +79,14 @@ func (f Files) Write(b Bundle) error {
 		{f.Cert(), append(pki.CertPEM(b.Cert), pki.CertPEM(b.CA)...)},
 		{f.Trusted(), trusted},
 		{f.CRL(), b.CRL},
-	} {
+	}
+	if b.Owner != nil {
+		files = append(files, struct {
+			path string
+			data []byte
+		}{f.Owner(), trusted})
+	}
+	for _, file := range files {
 		if err := atomicfile.Write(file.path, file.data, 0o600); err != nil {
 			return fmt.Errorf("writing %s: %w", file.path, err)
 		}

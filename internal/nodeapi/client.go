@@ -3,6 +3,7 @@ package nodeapi
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -28,7 +29,11 @@ type Client struct {
 	// CA is the cluster CA the node's certificate must chain to (for the
 	// address in Addr). Nil with Unverified: any node is believed, for a
 	// node that failed before it had a certificate of its cluster.
-	CA         *x509.Certificate
+	CA *x509.Certificate
+	// ServerName is the name the node's certificate must have: a member's
+	// name, for an address that could be any machine. Empty means the
+	// host in Addr.
+	ServerName string
 	Unverified bool
 }
 
@@ -49,7 +54,7 @@ func (c *Client) http(timeout time.Duration) (*http.Client, error) {
 		}
 		conf.RootCAs = x509.NewCertPool()
 		conf.RootCAs.AddCert(c.CA)
-		conf.ServerName = host
+		conf.ServerName = cmp.Or(c.ServerName, host)
 	case c.Unverified:
 		conf.InsecureSkipVerify = true
 	default:

@@ -3,11 +3,13 @@ package nodeapi
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,9 @@ type node struct {
 	owner   tls.Certificate
 	tree    *logtree.Tree
 	powered chan nodepb.PowerRequest_Action
+	// ownerless makes the node know no owner, as a joined node before its
+	// data volume is mounted.
+	ownerless atomic.Bool
 }
 
 func keyPair(c *pki.Cert) tls.Certificate {
@@ -48,7 +53,12 @@ func startNode(t testing.TB, identity bool) *node {
 	kp := keyPair(cert)
 	kp.Certificate = append(kp.Certificate, ca.Cert.Raw)
 	s := &Server{
-		Owner: owner.Cert,
+		Owner: func() *x509.Certificate {
+			if n.ownerless.Load() {
+				return nil
+			}
+			return owner.Cert
+		},
 		Identity: func() (*tls.Certificate, error) {
 			if !identity {
 				return nil, net.ErrClosed
@@ -107,6 +117,10 @@ func TestAccess(t *testing.T) {
 		{"a node without a cluster, unverified", false, func(n *node) *Client {
 			return &Client{Addr: n.addr, Owner: n.owner, Unverified: true}
 		}, ""},
+		{"the owner, of a node that knows no owner yet", true, func(n *node) *Client {
+			n.ownerless.Store(true)
+			return n.client(n.owner)
+		}, "certificate"},
 		{"neither CA nor unverified", true, func(n *node) *Client { return &Client{Addr: n.addr, Owner: n.owner} }, "needs the cluster CA"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,8 +57,9 @@ const (
 
 // Server is the node API of one node.
 type Server struct {
-	// Owner is the one certificate the API accepts.
-	Owner *x509.Certificate
+	// Owner returns the one certificate the API accepts; nil, while the
+	// node knows no owner, refuses everyone.
+	Owner func() *x509.Certificate
 	// Identity returns the certificate to present, or an error to present
 	// a self-signed one.
 	Identity func() (*tls.Certificate, error)
@@ -102,7 +103,10 @@ func (s *Server) endpoint() (httpsserve.Endpoint, error) {
 }
 
 // errNotOwner refuses a client at the handshake.
-var errNotOwner = errors.New("the node API accepts its owner's certificate only")
+var (
+	errNotOwner = errors.New("the node API accepts its owner's certificate only")
+	errNoOwner  = errors.New("the node knows no owner (yet): its node API accepts nobody")
+)
 
 func (s *Server) tlsConfig() (*tls.Config, error) {
 	fallback, err := selfSigned(time.Now())
@@ -119,7 +123,11 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 			return fallback, nil
 		},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 || !bytes.Equal(raw[0], s.Owner.Raw) {
+			owner := s.Owner()
+			switch {
+			case owner == nil:
+				return errNoOwner
+			case len(raw) == 0 || !bytes.Equal(raw[0], owner.Raw):
 				return errNotOwner
 			}
 			return nil
