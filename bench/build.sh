@@ -57,5 +57,5 @@ bench: sizes
   initramfs (zstd)           $(mib "$(stat -c %s "$out/initramfs.cpio.zst")") MiB
   init binary                $(mib "$(stat -c %s "$out/init")") MiB
   node binary               $(mib "$(stat -c %s "$out/node")") MiB
-  node payload (ESP, zstd)   $(mib "$(stat -c %s "$out/node.cpio.zst")") MiB
+  node payload (ESP, zstd squashfs + verity)  $(mib "$(stat -c %s "$out/node.squashfs")") MiB
 REPORT

@@ -5,7 +5,6 @@ package boottest
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -26,10 +25,7 @@ const putRuns = 200
 // again, the node process's resident memory and the machine's used memory
 // when idle, and put latency from the host through the client port.
 func BenchmarkCluster(b *testing.B) {
-	config := b.TempDir()
-	cli(b, "--config", config, "owner", "init")
-	cfgFile := filepath.Join(b.TempDir(), "enrolment.pb")
-	cli(b, "--config", config, "enrolment", "bootstrap", "--cluster", "bench", "--out", cfgFile)
+	config, cfgFile := bootstrapped(b, "bench")
 	img := nodeImage(b)
 	port := freePort(b)
 	vm, err := qemu.Start(b.Context(), qemu.Options{Image: img, StateDir: b.TempDir(), Network: true, FwCfg: cfgFile,

@@ -43,11 +43,22 @@ func freePort(t testing.TB) int {
 
 // owner makes an owner identity in a fresh config directory and returns
 // the directory.
-func owner(t *testing.T) string {
+func owner(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	cli(t, "--config", dir, "owner", "init", "--name", "test-owner")
 	return dir
+}
+
+// bootstrapped makes an owner and a bootstrap enrolment config for a
+// cluster of that name, and returns the owner's config directory and the
+// config's file.
+func bootstrapped(t testing.TB, cluster string) (config, file string) {
+	t.Helper()
+	config = owner(t)
+	file = filepath.Join(t.TempDir(), "enrolment.pb")
+	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", cluster, "--out", file)
+	return config, file
 }
 
 // fingerprint returns the CA fingerprint the node printed.
@@ -120,9 +131,7 @@ func strangerCert(t *testing.T) (string, string) {
 // cluster with its data and the log of the boot before.
 func TestCluster(t *testing.T) {
 	t.Parallel()
-	config := owner(t)
-	cfgFile := filepath.Join(t.TempDir(), "enrolment.pb")
-	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "test", "--out", cfgFile)
+	config, cfgFile := bootstrapped(t, "test")
 	img := nodeImage(t, cmdline.PoweroffOnFatal)
 	state := t.TempDir()
 	port, apiPort := freePort(t), freePort(t)

@@ -24,7 +24,7 @@ const (
 )
 
 // outDir is the build output: vmlinuz, the release image borough.img, and
-// test/ with the test build's initramfs.cpio.zst and node.cpio.zst.
+// test/ with the test build's initramfs.cpio.zst and node.squashfs.
 func outDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("BOROUGH_OUT")
@@ -89,7 +89,7 @@ func versionedBootBinary(t testing.TB, initramfs []byte, version string, params 
 func writeImage(t testing.TB, boot []byte, updates map[string][]byte) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "borough.img")
-	payload := read(t, filepath.Join(testOut(t), "node.cpio.zst"))
+	payload := read(t, filepath.Join(testOut(t), "node.squashfs"))
 	err := image.Build(path, image.Params{BootBinary: boot, NodePayload: payload, SecureBootUpdates: updates, Size: image.DefaultSize})
 	if err != nil {
 		t.Fatal(err)

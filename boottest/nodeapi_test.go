@@ -82,9 +82,7 @@ func followReboot(t *testing.T, config, api string) string {
 // to present yet, and powers it off; a stranger can do neither.
 func TestFailedNodeAPI(t *testing.T) {
 	t.Parallel()
-	config := owner(t)
-	cfgFile := filepath.Join(t.TempDir(), "enrolment.pb")
-	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "early", "--out", cfgFile)
+	config, cfgFile := bootstrapped(t, "early")
 	port := freePort(t)
 	api := "127.0.0.1:" + strconv.Itoa(port)
 	vm := boot(t, qemu.Options{Image: nodeImage(t, cmdline.PoweroffOnFatal), FwCfg: cfgFile, RTCBase: "2001-01-01",

@@ -5,6 +5,7 @@ package boottest
 import (
 	"debug/buildinfo"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -25,9 +26,12 @@ func TestNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	notice := string(b)
-	ours := map[string]bool{"bin/node": true, "init": true, "etc/borough/node-payload.sha256": true}
-	for _, archive := range []string{"node.cpio.zst", "initramfs.cpio.zst"} {
-		for _, name := range shippedFiles(t, filepath.Join(outDir(t), archive)) {
+	ours := map[string]bool{payload.NodeBinary: true, "init": true, payload.Hash: true, payload.Verity: true}
+	for archive, names := range map[string][]string{
+		"node.squashfs":      payloadFiles(t, filepath.Join(outDir(t), "node.squashfs")),
+		"initramfs.cpio.zst": shippedFiles(t, filepath.Join(outDir(t), "initramfs.cpio.zst")),
+	} {
+		for _, name := range names {
 			if !ours[name] && !strings.Contains(notice, noticeName(name)) {
 				t.Errorf("NOTICE does not name %s, which %s ships", noticeName(name), archive)
 			}
@@ -72,6 +76,27 @@ func shippedFiles(t *testing.T, path string) []string {
 	}
 	if len(names) == 0 {
 		t.Fatalf("%s holds no files", path)
+	}
+	return names
+}
+
+// payloadFiles lists the regular files and symlinks of the node payload's
+// squashfs, as unsquashfs reads it.
+func payloadFiles(t *testing.T, path string) []string {
+	t.Helper()
+	out, err := exec.Command("unsquashfs", "-lls", "-d", "", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("unsquashfs -lls %s: %v\n%s", path, err, out)
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && (f[0][0] == '-' || f[0][0] == 'l') {
+			names = append(names, strings.TrimPrefix(f[5], "/"))
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("%s holds no files:\n%s", path, out)
 	}
 	return names
 }

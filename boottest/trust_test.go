@@ -5,6 +5,8 @@ package boottest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/partition"
@@ -54,7 +57,7 @@ func TestReleaseImage(t *testing.T) {
 // order, at times that never go back.
 func checkTimeline(t *testing.T, line string) {
 	t.Helper()
-	phases := []string{timeline.Init, timeline.PayloadRead, timeline.PayloadVerified, timeline.PayloadUnpacked,
+	phases := []string{timeline.Init, timeline.PayloadMounted,
 		timeline.Node, timeline.Network, timeline.Storage, timeline.EtcdReady, timeline.Running}
 	re := regexp.MustCompile(` ([a-z-]+)=([0-9.]+)\(\+[0-9.]+\)`)
 	var got []string
@@ -272,4 +275,42 @@ func TestClockSync(t *testing.T) {
 		t.Errorf("put as the owner after the node set its clock: %v", err)
 	}
 	powerOff(t, vm)
+}
+
+// TestTamperedPayload changes the node payload on the ESP as an attacker
+// with the disk would, keeping its name: a byte of it, and the whole of it
+// for another build's (the release build's). dm-verity refuses the block,
+// and init fails before any node runs.
+func TestTamperedPayload(t *testing.T) {
+	t.Parallel()
+	payload := read(t, filepath.Join(testOut(t), "node.squashfs"))
+	sum := sha256.Sum256(payload)
+	file := esp.NodePayload(hex.EncodeToString(sum[:]))
+	flipped := bytes.Clone(payload)
+	flipped[2000] ^= 0x10
+	for _, tc := range []struct {
+		name    string
+		content []byte
+		// refusal is dm-verity's: the changed block, or for another
+		// build's tree the top block of the tree, which the root hash
+		// does not match.
+		refusal string
+	}{
+		{"a byte changed", flipped, "data block 0 is corrupted"},
+		{"another build's", read(t, filepath.Join(outDir(t), "node.squashfs")), "metadata block"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			img := nodeImage(t, cmdline.PoweroffOnFatal)
+			writeESPFile(t, img, file, tc.content)
+			vm := boot(t, qemu.Options{Image: img})
+			expect(t, vm, bootTimeout, "borough: init started")
+			expect(t, vm, stepTimeout, "device-mapper: verity: ", tc.refusal, "SQUASHFS error: Failed to read block 0x0",
+				"borough: error: fatal: loading the node: the node payload "+string(file)+": mount squashfs /dev/mapper/borough-node",
+				"borough: powering off")
+			if strings.Contains(vm.Console(), "node process started") {
+				t.Error("a node ran from the changed payload")
+			}
+		})
+	}
 }

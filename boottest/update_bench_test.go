@@ -19,10 +19,7 @@ import (
 // from `borough update` of a version that fails to the old slot's `node
 // running`.
 func BenchmarkUpdate(b *testing.B) {
-	config := b.TempDir()
-	cli(b, "--config", config, "owner", "init")
-	cfgFile := filepath.Join(b.TempDir(), "enrolment.pb")
-	cli(b, "--config", config, "enrolment", "bootstrap", "--cluster", "bench", "--out", cfgFile)
+	config, cfgFile := bootstrapped(b, "bench")
 	v1, v2 := versionedImage(b, "1.0.0"), versionedImage(b, "1.1.0")
 	failing := versionedImage(b, "1.2.0", cmdline.TestFatal+"=bench")
 	apiPort := freePort(b)

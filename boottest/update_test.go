@@ -30,9 +30,7 @@ func versionedImage(t testing.TB, version string, params ...string) string {
 // a reboot that stays on it; and a downgrade, refused.
 func TestUpdate(t *testing.T) {
 	t.Parallel()
-	config := owner(t)
-	cfgFile := filepath.Join(t.TempDir(), "enrolment.pb")
-	cli(t, "--config", config, "enrolment", "bootstrap", "--cluster", "updates", "--out", cfgFile)
+	config, cfgFile := bootstrapped(t, "updates")
 	v1, v2 := versionedImage(t, "1.0.0"), versionedImage(t, "1.1.0")
 	failing := versionedImage(t, "1.2.0", cmdline.TestFatal+"=the-new-version-fails")
 	port, apiPort := freePort(t), freePort(t)

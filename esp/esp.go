@@ -49,17 +49,25 @@ const (
 )
 
 // NodePayload is the node's software for the boot binary whose
-// initramfs holds the payload's SHA-256 sha (hex): a zstd cpio archive
-// with the node binary (bin/node) and the tools it runs. init checks it
-// against that hash, unpacks it and runs the node. The name is the hash's
+// initramfs holds the payload's SHA-256 sha (hex): a zstd squashfs image
+// of the node binary (bin/node) and the tools it runs, with its dm-verity
+// tree appended. init mounts it through dm-verity, with the root hash in
+// the same initramfs, and runs the node from it. The name is the hash's
 // start, so that the two boot slots' payloads sit side by side and each
 // boot binary finds its own without knowing its slot.
 func NodePayload(sha string) File {
 	if len(sha) > 16 {
 		sha = sha[:16]
 	}
-	return File(Dir + "/node-" + sha + ".cpio.zst")
+	return File(Dir + "/node-" + sha + payloadExt)
 }
+
+// payloadExt ends every node payload's name; NodePayloads matches them
+// all.
+const (
+	payloadExt   = ".squashfs"
+	NodePayloads = Dir + "/node-*" + payloadExt
+)
 
 // SecureBootUpdate is the signed update of Secure Boot variable key
 // (db, KEK or PK) that the node enrols when the firmware is in setup

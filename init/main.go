@@ -47,5 +47,5 @@ func main() {
 	if err := tl.Save(timeline.File); err != nil {
 		log.Warn("saving the boot timeline for the node", "err", err)
 	}
-	pid1.Run([]string{node, "node"})
+	pid1.Run([]string{node, "node"}, releaseNode)
 }

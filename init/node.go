@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,18 +13,33 @@ import (
 	"github.com/borough-os/borough/internal/bootdisk"
 	"github.com/borough-os/borough/internal/payload"
 	"github.com/borough-os/borough/internal/timeline"
+	"github.com/borough-os/borough/internal/verity"
 )
 
-// espMount is where init mounts the ESP, read-only, to read the payload.
-const espMount = "/run/borough/esp-boot"
+// espMount is where init mounts the ESP, to run the payload from it. It
+// stays mounted while the node runs; the node mounts it again where it
+// wants it, which shares this mount's filesystem (and so its flags and
+// options, the node's own).
+const (
+	espMount   = "/run/borough/esp-boot"
+	espOptions = "umask=0077,shortname=mixed"
+)
 
-// loadNode reads the node payload from the boot disk's ESP, checks it
-// against the hash in this initramfs, unpacks it into the root filesystem
-// and returns the node binary's path, marking each step on tl.
+// loadNode mounts the node payload this initramfs names from the boot
+// disk's ESP, checked block by block against the verity root hash in this
+// initramfs, and returns the node binary's path.
 func loadNode(log *slog.Logger, tl *timeline.Timeline) (path string, err error) {
-	want, err := os.ReadFile("/" + payload.Hash)
+	sha, err := os.ReadFile("/" + payload.Hash)
 	if err != nil {
 		return "", fmt.Errorf("reading the node payload's hash from the initramfs: %w", err)
+	}
+	b, err := os.ReadFile("/" + payload.Verity)
+	if err != nil {
+		return "", fmt.Errorf("reading the node payload's verity descriptor from the initramfs: %w", err)
+	}
+	tree, err := verity.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return "", err
 	}
 	disk, err := bootdisk.FindDisk("/sys", "/dev", "/sys/firmware/efi/efivars")
 	if err != nil {
@@ -35,29 +48,30 @@ func loadNode(log *slog.Logger, tl *timeline.Timeline) (path string, err error) 
 	if err := os.MkdirAll(espMount, 0o700); err != nil {
 		return "", err
 	}
-	if err := unix.Mount(disk.ESP, espMount, "vfat", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
-		return "", &os.PathError{Op: "mount vfat read-only " + disk.ESP, Path: espMount, Err: err}
+	if err := unix.Mount(disk.ESP, espMount, "vfat", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, espOptions); err != nil {
+		return "", &os.PathError{Op: "mount vfat " + disk.ESP, Path: espMount, Err: err}
 	}
-	sha := strings.TrimSpace(string(want))
-	file := esp.NodePayload(sha)
-	archive, err := os.ReadFile(file.In(espMount))
-	if uerr := unix.Unmount(espMount, 0); uerr != nil && err == nil {
-		err = fmt.Errorf("unmounting %s: %w", espMount, uerr)
+	file := esp.NodePayload(strings.TrimSpace(string(sha)))
+	if err := payload.Mount(file.In(espMount), tree, "/"); err != nil {
+		// Unmounted cleanly, the ESP is not left marked dirty by a boot
+		// that stops here.
+		_ = unix.Unmount(espMount, 0)
+		return "", fmt.Errorf("the node payload %s: %w", file, err)
 	}
-	if err != nil {
-		return "", fmt.Errorf("reading the node payload: %w", err)
-	}
-	tl.Mark(timeline.PayloadRead)
-	sum := sha256.Sum256(archive)
-	if got := hex.EncodeToString(sum[:]); got != sha {
-		return "", fmt.Errorf("the node payload on the ESP (%s) has SHA-256 %s, but this boot binary runs %s: "+
-			"the ESP was changed or is from another build", file, got, sha)
-	}
-	tl.Mark(timeline.PayloadVerified)
-	if err := payload.Unpack(archive, "/"); err != nil {
-		return "", fmt.Errorf("unpacking the node payload: %w", err)
-	}
-	tl.Mark(timeline.PayloadUnpacked)
-	log.Info("node payload verified and unpacked", "sha256", hex.EncodeToString(sum[:8]), "bytes", len(archive))
+	tl.Mark(timeline.PayloadMounted)
+	log.Info("node payload mounted, checked by dm-verity", "file", string(file), "root_hash", fmt.Sprintf("%x", tree.Root[:8]))
 	return filepath.Join("/", payload.NodeBinary), nil
+}
+
+// releaseNode undoes loadNode once the node has ended, so that the ESP is
+// unmounted cleanly before the machine stops: FAT marks a volume mounted
+// for writing as dirty until then.
+func releaseNode() error {
+	if err := payload.Unmount(); err != nil {
+		return err
+	}
+	if err := unix.Unmount(espMount, 0); err != nil {
+		return &os.PathError{Op: "unmount", Path: espMount, Err: err}
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/borough-os/borough/internal/payload"
 	"github.com/borough-os/borough/internal/secureboot"
 	"github.com/borough-os/borough/internal/uki"
+	"github.com/borough-os/borough/internal/verity"
 )
 
 func imageCommand() *cobra.Command {
@@ -28,7 +29,7 @@ func imageCommand() *cobra.Command {
 // Output file names in the output directory.
 const (
 	initramfsFile = "initramfs.cpio.zst"
-	payloadFile   = "node.cpio.zst"
+	payloadFile   = "node.squashfs"
 	bootFile      = "borough.efi"
 	imageFile     = "borough.img"
 )
@@ -45,8 +46,8 @@ func imageBuildCommand() *cobra.Command {
 		Use:   "build",
 		Short: "Build the initramfs, boot binary and disk image from a kernel and an init",
 		Long: `Build writes, in --out:
-  ` + payloadFile + `       the node payload: node binary and the tools it runs
-  ` + initramfsFile + `  the initramfs: init and the node payload's hash
+  ` + payloadFile + `       the node payload: node binary and the tools it runs, with its dm-verity tree
+  ` + initramfsFile + `  the initramfs: init, the node payload's hash and verity root
   ` + bootFile + `         the unified kernel image (boot binary)
   ` + imageFile + `         the GPT disk image, sparse, with the boot binary and
                       the node payload on its ESP
@@ -89,7 +90,7 @@ func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
 
 	payloadPath := filepath.Join(f.outDir, payloadFile)
 	done := step("node payload %s", payloadPath)
-	node, err := writeArchive(payloadPath, initramfs.Params{
+	node, tree, err := writePayload(payloadPath, epoch, initramfs.Params{
 		Files: append([]string{f.node + ":" + payload.NodeBinary}, initramfs.NodeFiles...),
 	})
 	if err != nil {
@@ -97,16 +98,21 @@ func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
 	}
 	done()
 
-	// The initramfs carries the payload's hash: init runs only the
-	// payload that the (measured) boot binary names.
+	// The initramfs carries the payload's hash, which names it on the
+	// ESP, and its verity descriptor, which checks it as it is read: init
+	// runs only the payload that the (measured) boot binary names.
 	sum := sha256.Sum256(node)
 	hashFile := filepath.Join(f.outDir, "node-payload.sha256")
 	if err := os.WriteFile(hashFile, []byte(hex.EncodeToString(sum[:])+"\n"), 0o644); err != nil {
 		return err
 	}
+	verityFile := filepath.Join(f.outDir, "node-payload.verity")
+	if err := os.WriteFile(verityFile, []byte(tree.String()+"\n"), 0o644); err != nil {
+		return err
+	}
 	done = step("initramfs %s", filepath.Join(f.outDir, initramfsFile))
 	initrd, err := writeArchive(filepath.Join(f.outDir, initramfsFile), initramfs.Params{
-		Init: f.init, Files: []string{hashFile + ":" + payload.Hash},
+		Init: f.init, Files: []string{hashFile + ":" + payload.Hash, verityFile + ":" + payload.Verity},
 	})
 	if err != nil {
 		return err
@@ -151,6 +157,23 @@ func writeArchive(path string, p initramfs.Params) ([]byte, error) {
 		return nil, err
 	}
 	return os.ReadFile(path)
+}
+
+// writePayload builds the node payload of p's files to path and returns
+// its bytes and verity descriptor.
+func writePayload(path string, epoch time.Time, p initramfs.Params) ([]byte, verity.Descriptor, error) {
+	records, err := initramfs.Records(p)
+	if err != nil {
+		return nil, verity.Descriptor{}, err
+	}
+	b, tree, err := image.NodePayload(records, epoch)
+	if err != nil {
+		return nil, verity.Descriptor{}, err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return nil, verity.Descriptor{}, err
+	}
+	return b, tree, nil
 }
 
 func writeBootBinary(f imageBuildFlags, initrd []byte) ([]byte, error) {

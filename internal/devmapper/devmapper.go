@@ -56,6 +56,16 @@ func Path(name string) string {
 // Create creates and activates a device named name with table targets and
 // returns its device node. On failure it removes whatever it created.
 func Create(name string, targets []Target) (path string, err error) {
+	return create(name, targets, 0)
+}
+
+// CreateReadOnly is Create of a read-only device, as a verity target
+// must be.
+func CreateReadOnly(name string, targets []Target) (path string, err error) {
+	return create(name, targets, unix.DM_READONLY_FLAG)
+}
+
+func create(name string, targets []Target, flags uint32) (path string, err error) {
 	if len(name) == 0 || len(name) >= 128 || bytes.ContainsAny([]byte(name), "/\x00") {
 		return "", fmt.Errorf("device-mapper name %q is invalid", name)
 	}
@@ -75,7 +85,7 @@ func Create(name string, targets []Target) (path string, err error) {
 		}
 	}()
 	table := marshalTable(targets)
-	_, err = ioctl(ctl, unix.DM_TABLE_LOAD, name, unix.DM_SECURE_DATA_FLAG, table, len(targets))
+	_, err = ioctl(ctl, unix.DM_TABLE_LOAD, name, unix.DM_SECURE_DATA_FLAG|flags, table, len(targets))
 	clear(table)
 	if err != nil {
 		return "", fmt.Errorf("loading table of %s: %w", name, err)

@@ -1,7 +1,8 @@
-// Package initramfs builds Borough's zstd-compressed cpio archives: the
-// initramfs, holding the static Go init as /init, and the node payload,
-// holding the node binary and the host programs the node runs (mke2fs,
-// e2fsck), each with the shared libraries it needs (see internal/payload).
+// Package initramfs builds Borough's zstd-compressed cpio archive, the
+// initramfs, holding the static Go init as /init, and collects the files
+// of the node payload: the node binary and the host programs the node runs
+// (mke2fs, e2fsck), each with the shared libraries it needs, which package
+// image writes as a filesystem image (see internal/payload).
 //
 // It uses u-root's mkuimage (uimage) to collect the files and their
 // libraries (through u-root's pkg/ldd) and to write the cpio archive with
@@ -10,6 +11,7 @@
 package initramfs
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,8 +64,37 @@ func Build(w io.Writer, p Params) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	archive := filepath.Join(tmp, "initramfs.cpio")
+	archive, err := writeCPIO(tmp, p)
+	if err != nil {
+		return err
+	}
+	return compress(w, archive)
+}
 
+// Records collects the files of p as Build does, and returns them as
+// records rather than an archive: for the node payload, which is a
+// filesystem image of them.
+func Records(p Params) ([]cpio.Record, error) {
+	tmp, err := os.MkdirTemp("", "borough-initramfs")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	archive, err := writeCPIO(tmp, p)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(archive)
+	if err != nil {
+		return nil, err
+	}
+	return cpio.ReadAllRecords(cpio.Newc.Reader(bytes.NewReader(b)))
+}
+
+// writeCPIO writes the uncompressed archive of p in tmp and returns its
+// path.
+func writeCPIO(tmp string, p Params) (string, error) {
+	archive := filepath.Join(tmp, "initramfs.cpio")
 	var files []string
 	if p.Init != "" {
 		files = append(files, p.Init+":init")
@@ -71,7 +102,7 @@ func Build(w io.Writer, p Params) error {
 	for _, f := range p.Files {
 		src, _, _ := strings.Cut(f, ":")
 		if _, err := os.Stat(src); err != nil {
-			return fmt.Errorf("adding %s to the initramfs: %w", f, err)
+			return "", fmt.Errorf("adding %s to the initramfs: %w", f, err)
 		}
 		files = append(files, f)
 	}
@@ -79,7 +110,7 @@ func Build(w io.Writer, p Params) error {
 	// for Borough that is a broken initramfs, so warnings fail the build.
 	skeleton, err := base()
 	if err != nil {
-		return fmt.Errorf("creating initramfs skeleton: %w", err)
+		return "", fmt.Errorf("creating initramfs skeleton: %w", err)
 	}
 	warnings := &collector{}
 	err = uimage.Create(llog.New(slog.LevelWarn, warnings.printf),
@@ -89,12 +120,12 @@ func Build(w io.Writer, p Params) error {
 		uimage.WithTempDir(tmp),
 	)
 	if err != nil {
-		return fmt.Errorf("creating initramfs archive: %w", err)
+		return "", fmt.Errorf("creating initramfs archive: %w", err)
 	}
 	if len(warnings.msgs) > 0 {
-		return fmt.Errorf("creating initramfs archive: %s", strings.Join(warnings.msgs, "; "))
+		return "", fmt.Errorf("creating initramfs archive: %s", strings.Join(warnings.msgs, "; "))
 	}
-	return compress(w, archive)
+	return archive, nil
 }
 
 func compress(w io.Writer, path string) error {

@@ -52,8 +52,9 @@ const FatalDelay = 5 * time.Second
 const killGrace = 3 * time.Second
 
 // Run starts argv as the node process and never returns. It must be called
-// by process 1, before it starts any other process.
-func Run(argv []string) {
+// by process 1, before it starts any other process. Once the node has
+// ended, release undoes what it ran from, before the machine stops.
+func Run(argv []string, release func() error) {
 	log := slog.New(console.NewHandler(os.Stderr))
 	// With Ctrl-Alt-Del disabled the kernel sends SIGINT to process 1
 	// instead of rebooting on the spot; the node then reboots cleanly.
@@ -69,7 +70,7 @@ func Run(argv []string) {
 	})
 	if err != nil {
 		log.Error("starting node process", "path", argv[0], "err", err)
-		halt(log, Action{Cmd: unix.LINUX_REBOOT_CMD_RESTART, Delay: FatalDelay})
+		halt(log, Action{Cmd: unix.LINUX_REBOOT_CMD_RESTART, Delay: FatalDelay}, release)
 	}
 	go forward(sigs, pid)
 
@@ -85,7 +86,7 @@ func Run(argv []string) {
 	if action.Reason != "" {
 		log.Error(action.Reason)
 	}
-	halt(log, action)
+	halt(log, action, release)
 }
 
 // forward passes SIGINT (Ctrl-Alt-Del) and SIGTERM on to the node process.
@@ -163,12 +164,13 @@ func Decide(ws unix.WaitStatus, poweroffOnFatal bool) Action {
 func Fail(log *slog.Logger, err error) {
 	log.Error("fatal: " + err.Error())
 	params, _ := cmdline.Read()
-	halt(log, Decide(unix.WaitStatus(ExitFatal<<8), params.Has(cmdline.PoweroffOnFatal)))
+	halt(log, Decide(unix.WaitStatus(ExitFatal<<8), params.Has(cmdline.PoweroffOnFatal)), nil)
 }
 
-// halt stops every process, syncs and carries out a. Process 1 must never
+// halt stops every process, calls release (if any), syncs and carries out
+// a. Process 1 must never
 // exit (the kernel would panic), so if reboot(2) fails it waits forever.
-func halt(log *slog.Logger, a Action) {
+func halt(log *slog.Logger, a Action, release func() error) {
 	word := "rebooting"
 	if a.Cmd == unix.LINUX_REBOOT_CMD_POWER_OFF {
 		word = "powering off"
@@ -178,6 +180,11 @@ func halt(log *slog.Logger, a Action) {
 		time.Sleep(a.Delay)
 	}
 	killAll()
+	if release != nil {
+		if err := release(); err != nil {
+			log.Warn("releasing what the node ran from", "err", err)
+		}
+	}
 	unix.Sync()
 	log.Info(word)
 	err := unix.Reboot(a.Cmd)

@@ -2,11 +2,14 @@ package storage
 
 import (
 	"fmt"
+	"os"
 	"strings"
+	"unsafe"
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/borough-os/borough/internal/bootdisk"
 )
@@ -29,7 +32,8 @@ const (
 //     data partition, which must be the last, ends at the last whole MiB).
 //
 // It returns the data partition's new size in bytes, or 0 if it did not
-// grow. Nothing on the disk may be in use.
+// grow. The data partition must not be in use; the kernel learns only of
+// its new size (the GUIDs matter from the next boot on).
 func renewTable(d *bootdisk.Disk) (int64, error) {
 	var data *gpt.Partition
 	for _, p := range d.Table.Partitions {
@@ -59,20 +63,51 @@ func renewTable(d *bootdisk.Disk) (int64, error) {
 		}
 		table.Partitions = append(table.Partitions, &c)
 	}
-	disk, err := diskfs.Open(d.Path)
+	// Not exclusively: the ESP is mounted, as init runs the node from it.
+	disk, err := diskfs.Open(d.Path, diskfs.WithOpenMode(diskfs.ReadWrite))
 	if err != nil {
 		return 0, fmt.Errorf("opening %s to renew its partition table: %w", d.Path, err)
 	}
 	defer disk.Close()
-	if err := disk.Partition(table); err != nil {
+	rw, err := disk.Backend.Writable()
+	if err != nil {
+		return 0, fmt.Errorf("opening %s to renew its partition table: %w", d.Path, err)
+	}
+	if err := table.Write(rw, disk.Size); err != nil {
 		return 0, fmt.Errorf("renewing the partition table of %s: %w", d.Path, err)
 	}
-	grown := end - data.End
 	d.Table = table
-	if grown == 0 {
+	if end == data.End {
 		return 0, nil
 	}
-	return int64(end-data.Start+1) * sectorSize, nil
+	size := int64(end-data.Start+1) * sectorSize
+	if err := resizePartition(d.Path, data.Index, int64(data.Start)*sectorSize, size); err != nil {
+		return 0, fmt.Errorf("telling the kernel that partition %d of %s grew: %w", data.Index, d.Path, err)
+	}
+	return size, nil
+}
+
+// blkpg is BLKPG, _IO(0x12, 105), which x/sys/unix does not define.
+const blkpg = 0x1269
+
+// resizePartition tells the kernel partition pno of the disk at path now
+// spans length bytes from start. Unlike re-reading the whole table, it
+// works while other partitions are in use: init runs the node from the
+// ESP.
+func resizePartition(path string, pno int, start, length int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	part := unix.BlkpgPartition{Start: start, Length: length, Pno: int32(pno)}
+	arg := unix.BlkpgIoctlArg{Op: unix.BLKPG_RESIZE_PARTITION, Datalen: int32(unsafe.Sizeof(part)),
+		Data: (*byte)(unsafe.Pointer(&part))}
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), blkpg, uintptr(unsafe.Pointer(&arg)))
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // isLast says whether p is the last partition on the disk.

@@ -89,9 +89,8 @@ type Storage struct {
 
 // Open finds the boot disk and mounts its ESP at ESPRoot. If the data
 // partition is still empty, it first renews the partition table (new
-// GUIDs, the data partition grown into free space; renewTable): before the
-// ESP is mounted, the kernel can re-read the whole table. It writes
-// nothing to the data partition.
+// GUIDs, the data partition grown into free space; renewTable). It
+// writes nothing to the data partition.
 func Open(log *slog.Logger) (*Storage, error) {
 	disk, err := bootdisk.FindDisk("/sys", "/dev", "/sys/firmware/efi/efivars")
 	if err != nil {

@@ -34,15 +34,13 @@ const File = "/run/borough/timeline.json"
 
 // Phases, in boot order.
 const (
-	Init            = "init"
-	PayloadRead     = "payload-read"
-	PayloadVerified = "payload-verified"
-	PayloadUnpacked = "payload-unpacked"
-	Node            = "node"
-	Storage         = "storage"
-	Network         = "network"
-	EtcdReady       = "etcd-ready"
-	Running         = "running"
+	Init           = "init"
+	PayloadMounted = "payload-mounted"
+	Node           = "node"
+	Storage        = "storage"
+	Network        = "network"
+	EtcdReady      = "etcd-ready"
+	Running        = "running"
 )
 
 // Mark is the end of a phase.

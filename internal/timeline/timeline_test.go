@@ -21,10 +21,10 @@ func clock(at ...time.Duration) *Timeline {
 
 func TestString(t *testing.T) {
 	tl := clock(2050*time.Millisecond, 3*time.Second, 5500*time.Millisecond)
-	for _, p := range []string{Init, PayloadRead, Running} {
+	for _, p := range []string{Init, PayloadMounted, Running} {
 		tl.Mark(p)
 	}
-	if got, want := tl.String(), "init=2.05(+2.05) payload-read=3.00(+0.95) running=5.50(+2.50)"; got != want {
+	if got, want := tl.String(), "init=2.05(+2.05) payload-mounted=3.00(+0.95) running=5.50(+2.50)"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
 	}
 }
@@ -33,7 +33,7 @@ func TestSaveLoad(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "run", "timeline.json")
 	init := clock(time.Second, 2*time.Second)
 	init.Mark(Init)
-	init.Mark(PayloadUnpacked)
+	init.Mark(PayloadMounted)
 	if err := init.Save(path); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestSaveLoad(t *testing.T) {
 	}
 	node.now = func() time.Duration { return 3 * time.Second }
 	node.Mark(Node)
-	if got, want := node.String(), "init=1.00(+1.00) payload-unpacked=2.00(+1.00) node=3.00(+1.00)"; got != want {
+	if got, want := node.String(), "init=1.00(+1.00) payload-mounted=2.00(+1.00) node=3.00(+1.00)"; got != want {
 		t.Errorf("after Load and a mark: %q, want %q", got, want)
 	}
 }

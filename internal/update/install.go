@@ -152,7 +152,7 @@ func writeChecked(path string, data []byte) error {
 // the other slot's is about to be replaced.
 func removeStalePayloads(root, running string) error {
 	keep := filepath.Base(string(esp.NodePayload(running)))
-	files, err := filepath.Glob(filepath.Join(root, esp.Dir, "node-*.cpio.zst"))
+	files, err := filepath.Glob(filepath.Join(root, esp.NodePayloads))
 	if err != nil {
 		return err
 	}
