@@ -20,9 +20,9 @@ import (
 
 // payloadBlockSize is the squashfs block size of the node payload: the
 // unit the kernel reads and decompresses when the node touches a page of
-// it. Smaller blocks read less that is not needed; larger ones compress
-// better.
-const payloadBlockSize = 64 << 10
+// it. Measured under TCG, from the payload's mount to the node's start:
+// 16 KiB 2.5-2.9 s, 64 KiB 2.0-2.3 s, 128 KiB 1.9-2.0 s, 1 MiB 2.1-2.5 s.
+const payloadBlockSize = 128 << 10
 
 // NodePayload writes the node payload's files (initramfs.Records) as a
 // zstd squashfs image stamped with epoch (DefaultEpoch if zero), with its
