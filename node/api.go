@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -75,8 +76,14 @@ func (l *logs) journalService() supervisor.Service {
 // apiService is the node API for the cluster's owner: the one the
 // enrolment names, or for a joined node the one the cluster gave it.
 func apiService(enrol *enrolment.Enrolment, mgr *cluster.Manager, lg *logs, about about, requests chan<- int) supervisor.Service {
+	owner := func() *x509.Certificate {
+		if enrol.Owner != nil {
+			return enrol.Owner
+		}
+		return mgr.Owner()
+	}
 	s := &nodeapi.Server{
-		Owner: mgr.Owner, Identity: mgr.Identity, Logs: lg.tree, Journal: lg.journal,
+		Owner: owner, Identity: mgr.Identity, Logs: lg.tree, Journal: lg.journal,
 		Info:   func() *nodepb.Info { return about.info(mgr.Status(), enrol.ClusterName) },
 		Update: about.updates.install,
 		Power: func(a nodepb.PowerRequest_Action) {

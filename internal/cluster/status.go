@@ -57,14 +57,11 @@ func (mg *Manager) Healthy(ctx context.Context) error {
 	return nil
 }
 
-// Owner returns the cluster owner's certificate: the enrolment's, or for a
-// node that joined, the one the cluster gave it. It is nil for a cluster
-// without an owner, and for a joined node before its data volume is
-// mounted.
+// Owner returns the owner's certificate the cluster gave this node when it
+// joined, or made it with (it is on the data volume). It is nil for a
+// cluster without an owner, and before the data volume is mounted: a node
+// whose enrolment names its owner knows it sooner.
 func (mg *Manager) Owner() *x509.Certificate {
-	if owner := mg.cfg.Enrolment.Owner; owner != nil {
-		return owner
-	}
 	if mg.cfg.DataRoot == "" {
 		return nil
 	}

@@ -17,8 +17,12 @@ import (
 )
 
 // readHeaderTimeout bounds a client that opens a connection and says
-// nothing.
-const readHeaderTimeout = 10 * time.Second
+// nothing; shutdownGrace how long the answers under way get to reach
+// their clients once the endpoint stops.
+const (
+	readHeaderTimeout = 10 * time.Second
+	shutdownGrace     = 3 * time.Second
+)
 
 // Endpoint is one HTTPS endpoint.
 type Endpoint struct {
@@ -44,7 +48,10 @@ func (e Endpoint) ListenAndServe(ctx context.Context, addr string, port int) err
 	return e.Serve(ctx, l)
 }
 
-// Serve serves on l until ctx ends, and then returns ctx's error.
+// Serve serves on l until ctx ends, and then returns ctx's error once the
+// answers under way have gone out (at most shutdownGrace): an answer that
+// asks the node to reboot, such as the node API's to an update, must reach
+// its client before the node stops. Requests see ctx end too.
 func (e Endpoint) Serve(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{
 		Handler:           e.Handler,
@@ -55,12 +62,19 @@ func (e Endpoint) Serve(ctx context.Context, l net.Listener) error {
 	if e.Log != nil {
 		srv.ErrorLog = slog.NewLogLogger(e.Log.Handler(), slog.LevelDebug)
 	}
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		<-ctx.Done()
-		srv.Close()
+		grace, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if srv.Shutdown(grace) != nil {
+			srv.Close()
+		}
 	}()
 	err := srv.ServeTLS(l, "", "")
 	if ctx.Err() != nil {
+		<-stopped
 		return ctx.Err()
 	}
 	return fmt.Errorf("%s: %w", e.Name, err)
