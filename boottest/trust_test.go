@@ -278,9 +278,10 @@ func TestClockSync(t *testing.T) {
 }
 
 // TestTamperedPayload changes the node payload on the ESP as an attacker
-// with the disk would, keeping its name: a byte of it, and the whole of it
-// for another build's (the release build's). dm-verity refuses the block,
-// and init fails before any node runs.
+// with the disk would, keeping its name: a byte of it, the whole of it for
+// another build's (the release build's, cut or padded to the same length)
+// and its end cut off. dm-verity refuses each, and init fails before any
+// node runs.
 func TestTamperedPayload(t *testing.T) {
 	t.Parallel()
 	payload := read(t, filepath.Join(testOut(t), "node.squashfs"))
@@ -288,16 +289,18 @@ func TestTamperedPayload(t *testing.T) {
 	file := esp.NodePayload(hex.EncodeToString(sum[:]))
 	flipped := bytes.Clone(payload)
 	flipped[2000] ^= 0x10
+	other := read(t, filepath.Join(outDir(t), "node.squashfs"))
+	other = append(other, make([]byte, max(0, len(payload)-len(other)))...)[:len(payload)]
 	for _, tc := range []struct {
 		name    string
 		content []byte
-		// refusal is dm-verity's: the changed block, or for another
-		// build's tree the top block of the tree, which the root hash
-		// does not match.
-		refusal string
+		// refusal is dm-verity's line; failure how init says it stopped.
+		refusal, failure string
 	}{
-		{"a byte changed", flipped, "data block 0 is corrupted"},
-		{"another build's", read(t, filepath.Join(outDir(t), "node.squashfs")), "metadata block"},
+		{"a byte changed", flipped, "data block 0 is corrupted", "mount squashfs /dev/mapper/borough-node"},
+		// The top block of the other tree does not match the root hash.
+		{"another build's", other, "metadata block", "mount squashfs /dev/mapper/borough-node"},
+		{"cut short", payload[:len(payload)/2], "Hash device is too small", "checking the node payload with dm-verity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -305,8 +308,8 @@ func TestTamperedPayload(t *testing.T) {
 			writeESPFile(t, img, file, tc.content)
 			vm := boot(t, qemu.Options{Image: img})
 			expect(t, vm, bootTimeout, "borough: init started")
-			expect(t, vm, stepTimeout, "device-mapper: verity: ", tc.refusal, "SQUASHFS error: Failed to read block 0x0",
-				"borough: error: fatal: loading the node: the node payload "+string(file)+": mount squashfs /dev/mapper/borough-node",
+			expect(t, vm, stepTimeout, tc.refusal,
+				"borough: error: fatal: loading the node: the node payload "+string(file)+": "+tc.failure,
 				"borough: powering off")
 			if strings.Contains(vm.Console(), "node process started") {
 				t.Error("a node ran from the changed payload")

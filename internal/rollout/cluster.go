@@ -35,9 +35,9 @@ const (
 type Member struct {
 	Name            string
 	Learner, Leader bool
-	// Version and State are what the member's node API says.
-	Version, State string
-	API            *nodeapi.Client
+	// Version is what the member's node API says it runs.
+	Version string
+	API     *nodeapi.Client
 }
 
 // Cluster rolls an update out to the members of the cluster Etcd talks
@@ -202,7 +202,7 @@ func (c *Cluster) look(ctx context.Context) (ms []Member, why reason, err error)
 			return nil, reason{m.Name, info.GetState()}, nil
 		}
 		ms = append(ms, Member{Name: m.Name, Learner: m.IsLearner, Leader: m.ID == leader,
-			Version: info.GetVersion(), State: info.GetState(), API: api})
+			Version: info.GetVersion(), API: api})
 	}
 	return ms, reason{}, nil
 }
