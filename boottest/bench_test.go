@@ -28,11 +28,11 @@ func BenchmarkBoot(b *testing.B) {
 	trivial := buildImage(b, trivialInitramfs(b))
 	var floor, init, first, restart []float64
 	for range bootRuns {
-		floor = append(floor, timeTo(b, qemu.Options{Image: trivial}, "borough: init started")[0])
+		floor = append(floor, timeTo(b, qemu.Options{Image: trivial}, false, "borough: init started")[0])
 		opts := qemu.Options{Image: nodeImage(b), StateDir: filepath.Join(b.TempDir(), "vm"), FwCfg: cfgFile, Network: true}
-		t := timeTo(b, opts, "borough: init started", running)
+		t := timeTo(b, opts, true, "borough: init started", running)
 		init, first = append(init, t[0]), append(first, t[1])
-		restart = append(restart, timeTo(b, opts, running)[0])
+		restart = append(restart, timeTo(b, opts, true, running)[0])
 	}
 	f := median(floor)
 	for _, m := range []struct {
@@ -74,9 +74,10 @@ func BenchmarkMemory(b *testing.B) {
 }
 
 // timeTo boots opts once, quietly, and returns the seconds from QEMU's
-// start to each line, in order. A node is then powered off cleanly, for
-// its next boot to be a restart; trivialinit powers off by itself.
-func timeTo(b *testing.B, opts qemu.Options, lines ...string) []float64 {
+// start to each line, in order. With powerOff the VM is then powered off
+// cleanly, for a node's next boot to be a restart; without, it is killed
+// (trivialinit powers off by itself).
+func timeTo(b *testing.B, opts qemu.Options, powerOff bool, lines ...string) []float64 {
 	if opts.StateDir == "" {
 		opts.StateDir = filepath.Join(b.TempDir(), "vm")
 	}
@@ -93,7 +94,7 @@ func timeTo(b *testing.B, opts qemu.Options, lines ...string) []float64 {
 		}
 		at = append(at, t.Seconds())
 	}
-	if lines[len(lines)-1] == running {
+	if powerOff {
 		if err := vm.PowerOff(powerTimeout); err != nil {
 			b.Fatal(err)
 		}

@@ -1,7 +1,8 @@
 // Package esp declares the layout of Borough's EFI system partition (ESP):
 // every file Borough keeps there has one name, here. The image builder
-// writes the boot binary and the node payload; init (process 1) reads the
-// payload; the node process reads and writes the others.
+// writes the boot binary and the node payload; init (process 1) runs the
+// payload from it; the node process reads and writes the others. Both
+// mount it with Mount.
 //
 // Paths are relative to the ESP's root and use forward slashes, as both
 // FAT tooling (go-diskfs) and the mounted filesystem accept them.

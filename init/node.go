@@ -16,14 +16,10 @@ import (
 	"github.com/borough-os/borough/internal/verity"
 )
 
-// espMount is where init mounts the ESP, to run the payload from it. It
-// stays mounted while the node runs; the node mounts it again where it
-// wants it, which shares this mount's filesystem (and so its flags and
-// options, the node's own).
-const (
-	espMount   = "/run/borough/esp-boot"
-	espOptions = "umask=0077,shortname=mixed"
-)
+// espMount is where init mounts the ESP (esp.Mount), to run the payload
+// from it. It stays mounted while the node runs, and the node mounts it
+// again where it wants it.
+const espMount = "/run/borough/esp-boot"
 
 // loadNode mounts the node payload this initramfs names from the boot
 // disk's ESP, checked block by block against the verity root hash in this
@@ -45,11 +41,8 @@ func loadNode(log *slog.Logger, tl *timeline.Timeline) (path string, err error) 
 	if err != nil {
 		return "", fmt.Errorf("finding boot disk: %w", err)
 	}
-	if err := os.MkdirAll(espMount, 0o700); err != nil {
+	if err := esp.Mount(disk.ESP, espMount); err != nil {
 		return "", err
-	}
-	if err := unix.Mount(disk.ESP, espMount, "vfat", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, espOptions); err != nil {
-		return "", &os.PathError{Op: "mount vfat " + disk.ESP, Path: espMount, Err: err}
 	}
 	file := esp.NodePayload(strings.TrimSpace(string(sha)))
 	if err := payload.Mount(file.In(espMount), tree, "/"); err != nil {

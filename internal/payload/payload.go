@@ -58,7 +58,7 @@ func Mount(file string, d verity.Descriptor, root string) (err error) {
 	// The loop device stays while it is open: until the verity device
 	// holds it, or, on failure, not at all.
 	dev, err := devmapper.CreateReadOnly(mapperName, []devmapper.Target{{
-		Length: d.DataBlocks * verity.BlockSize / 512, Type: "verity", Params: []byte(d.Params(loop.Name())),
+		Length: d.Sectors(), Type: "verity", Params: []byte(d.Params(loop.Name())),
 	}})
 	loop.Close()
 	if err != nil {

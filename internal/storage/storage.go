@@ -109,7 +109,7 @@ func Open(log *slog.Logger) (*Storage, error) {
 			log.Info("grew data partition to fill the disk", "size", fmt.Sprintf("%.1fGiB", float64(size)/(1<<30)))
 		}
 	}
-	if err := mountESP(disk.ESP); err != nil {
+	if err := esp.Mount(disk.ESP, ESPRoot); err != nil {
 		return nil, err
 	}
 	return s, nil

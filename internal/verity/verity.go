@@ -51,23 +51,18 @@ func Build(data []byte) ([]byte, Descriptor) {
 func BuildSalted(data, salt []byte) ([]byte, Descriptor) {
 	out := pad(bytes.Clone(data))
 	d := Descriptor{Salt: bytes.Clone(salt), DataBlocks: uint64(len(out) / BlockSize)}
-	levels := [][]byte{}
-	below := out
-	for {
-		level := pad(hashBlocks(below, salt))
-		levels = append(levels, level)
-		if len(level) == BlockSize {
-			break
-		}
-		below = level
-	}
 	if d.DataBlocks == 1 {
 		// One data block needs no tree: the root is its hash.
 		d.Root = hashBlocks(out, salt)
 		return out, d
 	}
-	top := levels[len(levels)-1]
-	d.Root = hashBlocks(top, salt)
+	// Each level hashes the one below it, up to a level of one block,
+	// whose hash is the root; the top level comes first on the device.
+	var levels [][]byte
+	for below := out; len(below) > BlockSize; below = levels[len(levels)-1] {
+		levels = append(levels, pad(hashBlocks(below, salt)))
+	}
+	d.Root = hashBlocks(levels[len(levels)-1], salt)
 	for i := len(levels) - 1; i >= 0; i-- {
 		out = append(out, levels[i]...)
 	}
@@ -91,6 +86,9 @@ func pad(b []byte) []byte {
 	n := max(1, (len(b)+BlockSize-1)/BlockSize)
 	return append(b, make([]byte, n*BlockSize-len(b))...)
 }
+
+// Sectors is the size of the checked device, in 512-byte sectors.
+func (d Descriptor) Sectors() uint64 { return d.DataBlocks * BlockSize / 512 }
 
 // Params are the parameters of the device-mapper verity target that
 // checks the image on dev, data and tree on the one device.
