@@ -278,17 +278,20 @@ func TestClockSync(t *testing.T) {
 }
 
 // TestTamperedPayload changes the node payload on the ESP as an attacker
-// with the disk would, keeping its name: a byte of it, the whole of it for
-// another build's (the release build's, cut or padded to the same length)
-// and its end cut off. dm-verity refuses each, and init fails before any
-// node runs.
+// with the disk would, keeping its name: a byte of the node binary in it
+// (found as init reads the binary before it runs it), the whole of it for
+// another build's (the release build's, cut or padded to the same length;
+// found as init mounts it) and its end cut off (found as the verity table
+// loads). dm-verity refuses each, and init fails before any node runs.
 func TestTamperedPayload(t *testing.T) {
 	t.Parallel()
 	payload := read(t, filepath.Join(testOut(t), "node.squashfs"))
 	sum := sha256.Sum256(payload)
 	file := esp.NodePayload(hex.EncodeToString(sum[:]))
 	flipped := bytes.Clone(payload)
-	flipped[2000] ^= 0x10
+	// A quarter in: in the node binary's data blocks, past the squashfs
+	// superblock, before its tables and the verity tree.
+	flipped[len(payload)/4] ^= 0x10
 	other := read(t, filepath.Join(outDir(t), "node.squashfs"))
 	other = append(other, make([]byte, max(0, len(payload)-len(other)))...)[:len(payload)]
 	for _, tc := range []struct {
@@ -297,7 +300,7 @@ func TestTamperedPayload(t *testing.T) {
 		// refusal is dm-verity's line; failure how init says it stopped.
 		refusal, failure string
 	}{
-		{"a byte changed", flipped, "data block 0 is corrupted", "mount squashfs /dev/mapper/borough-node"},
+		{"a byte changed", flipped, ": data block ", "read /bin/node: input/output error: a block of it does not match"},
 		// The top block of the other tree does not match the root hash.
 		{"another build's", other, "metadata block", "mount squashfs /dev/mapper/borough-node"},
 		{"cut short", payload[:len(payload)/2], "Hash device is too small", "checking the node payload with dm-verity"},

@@ -50,7 +50,7 @@ const (
 )
 
 // NodePayload is the node's software for the boot binary whose
-// initramfs holds the payload's SHA-256 sha (hex): a zstd squashfs image
+// initramfs holds the payload's SHA-256 sha (hex): an LZ4 squashfs image
 // of the node binary (bin/node) and the tools it runs, with its dm-verity
 // tree appended. init mounts it through dm-verity, with the root hash in
 // the same initramfs, and runs the node from it. The name is the hash's

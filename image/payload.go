@@ -24,8 +24,8 @@ import (
 // 16 KiB 2.5-2.9 s, 64 KiB 2.0-2.3 s, 128 KiB 1.9-2.0 s, 1 MiB 2.1-2.5 s.
 const payloadBlockSize = 128 << 10
 
-// NodePayload writes the node payload's files (initramfs.Records) as a
-// zstd squashfs image stamped with epoch (DefaultEpoch if zero), with its
+// NodePayload writes the node payload's files (initramfs.Records) as an
+// LZ4 squashfs image stamped with epoch (DefaultEpoch if zero), with its
 // dm-verity tree appended, and returns it with the tree's descriptor.
 // Device nodes are left out: the node's /dev is the kernel's devtmpfs.
 //
@@ -34,6 +34,11 @@ const payloadBlockSize = 128 << 10
 // has a squashfs writer, but in v1.9.4 it reads a symbolic link's target
 // relative to the process's working directory rather than its workspace,
 // so it cannot write the shared libraries' links.
+//
+// LZ4 (high compression), not zstd: the kernel decompresses what the
+// node reads on every boot. Under TCG, reading the node binary took 1.27 s
+// from zstd blocks; LZ4 decompresses about four times as fast, for 15%
+// more bytes to read and hash.
 func NodePayload(records []cpio.Record, epoch time.Time) ([]byte, verity.Descriptor, error) {
 	if epoch.IsZero() {
 		epoch = DefaultEpoch
@@ -48,7 +53,7 @@ func NodePayload(records []cpio.Record, epoch time.Time) ([]byte, verity.Descrip
 		return nil, verity.Descriptor{}, err
 	}
 	stamp := strconv.FormatInt(epoch.Unix(), 10)
-	cmd := exec.Command("mksquashfs", tree, out, "-noappend", "-quiet", "-no-progress", "-comp", "zstd",
+	cmd := exec.Command("mksquashfs", tree, out, "-noappend", "-quiet", "-no-progress", "-comp", "lz4", "-Xhc",
 		"-b", strconv.Itoa(payloadBlockSize), "-all-root", "-no-xattrs", "-mkfs-time", stamp, "-all-time", stamp)
 	// mksquashfs refuses SOURCE_DATE_EPOCH beside the times given here,
 	// which are the same.

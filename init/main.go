@@ -5,12 +5,13 @@
 // node process's binary (node/, which embeds etcd and is ten times the size
 // of this one) lives on the ESP, not in the initramfs, so that firmware and
 // kernel need not load and unpack it before init can run. The initramfs
-// carries the SHA-256 of the node payload (a zstd cpio archive of the node
-// binary and the tools it runs), so what runs is what the measured boot
-// binary names: init reads the payload from the ESP, checks the hash, and
-// only then unpacks it into the root filesystem and runs the node. From there
-// on it runs internal/pid1: it starts the node process and reaps orphans
-// until the node process ends, then powers off or reboots.
+// names the node payload (a squashfs image of the node binary and the tools
+// it runs) and carries its dm-verity root hash, so what runs is what the
+// measured boot binary names: init mounts the payload through dm-verity,
+// which checks each block as it is read, links its files into the root
+// filesystem and runs the node (internal/payload). From there on it runs
+// internal/pid1: it starts the node process and reaps orphans until the
+// node process ends, then powers off or reboots.
 package main
 
 import (

@@ -53,7 +53,12 @@ func loadNode(log *slog.Logger, tl *timeline.Timeline) (path string, err error) 
 	}
 	tl.Mark(timeline.PayloadMounted)
 	log.Info("node payload mounted, checked by dm-verity", "file", string(file), "root_hash", fmt.Sprintf("%x", tree.Root[:8]))
-	return filepath.Join("/", payload.NodeBinary), nil
+	node := filepath.Join("/", payload.NodeBinary)
+	if err := payload.Prefetch(node); err != nil {
+		return "", fmt.Errorf("the node payload %s: %w", file, err)
+	}
+	tl.Mark(timeline.NodeRead)
+	return node, nil
 }
 
 // releaseNode undoes loadNode once the node has ended, so that the ESP is

@@ -91,6 +91,35 @@ func Unmount() error {
 	return devmapper.Remove(mapperName)
 }
 
+// Prefetch reads the payload's file at path (in the root filesystem, as
+// Link made it) once, in order, and so checks each of its blocks: its
+// pages are then in the page cache, which the kernel may reclaim. init
+// reads the node binary before it starts it because a Go binary's start
+// touches pages all over it: under TCG the page faults read the binary's
+// blocks in their order of use 0.4 s slower than one pass in file order.
+func Prefetch(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, prefetchBuffer)
+	for {
+		_, err := f.Read(buf)
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case errors.Is(err, unix.EIO):
+			return fmt.Errorf("%w: a block of it does not match the measured root hash, or the disk could not read it", err)
+		case err != nil:
+			return err
+		}
+	}
+}
+
+// prefetchBuffer is Prefetch's read size: a few squashfs blocks.
+const prefetchBuffer = 1 << 20
+
 // attachLoop attaches file, read-only, to a free loop device and returns
 // it open. The device goes once the last that has it open closes it.
 func attachLoop(file string) (*os.File, error) {

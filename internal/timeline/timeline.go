@@ -36,6 +36,7 @@ const File = "/run/borough/timeline.json"
 const (
 	Init           = "init"
 	PayloadMounted = "payload-mounted"
+	NodeRead       = "node-read"
 	Node           = "node"
 	Storage        = "storage"
 	Network        = "network"
