@@ -71,9 +71,9 @@ func (r *Record) check() error {
 	switch {
 	case r.Phase != PhaseBootstrapping && r.Phase != PhaseJoining && r.Phase != PhaseMember && r.Phase != PhaseRemoved:
 		return fmt.Errorf("phase %q is not a phase", r.Phase)
-	case !pki.ClusterName.MatchString(r.Cluster):
+	case !pki.IsClusterName(r.Cluster):
 		return fmt.Errorf("cluster %q is not a cluster name", r.Cluster)
-	case !pki.NodeName.MatchString(r.Node):
+	case !pki.IsNodeName(r.Node):
 		return fmt.Errorf("node %q is not a node name", r.Node)
 	case r.ClusterID != "" && !hexID.MatchString(r.ClusterID):
 		return fmt.Errorf("cluster ID %q is not an etcd ID", r.ClusterID)

@@ -243,7 +243,7 @@ func readRecord(root string) (*record, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, err
 	}
-	if !pki.ClusterName.MatchString(r.Cluster) || !pki.NodeName.MatchString(r.Node) {
+	if !pki.IsClusterName(r.Cluster) || !pki.IsNodeName(r.Node) {
 		return nil, fmt.Errorf("%s names cluster %q and node %q", esp.NodeState, r.Cluster, r.Node)
 	}
 	return &r, nil

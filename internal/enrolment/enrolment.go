@@ -279,8 +279,16 @@ func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
 	return e, nil
 }
 
-// ntpHost matches an NTP server's host: an IP address or a DNS name.
-var ntpHost = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$`)
+// ntpHost matches a DNS name, the form of an NTP server's host that is
+// not an IP address. Its length is isNTPHost's to check (see
+// pki.IsClusterName).
+var ntpHost = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`)
+
+// maxNTPHost is the longest DNS name.
+const maxNTPHost = 254
+
+// isNTPHost says whether host is an NTP server's DNS name.
+func isNTPHost(host string) bool { return len(host) <= maxNTPHost && ntpHost.MatchString(host) }
 
 // checkNTP checks NTP servers, each host or host:port.
 func checkNTP(servers []string) ([]string, error) {
@@ -293,7 +301,7 @@ func checkNTP(servers []string) ([]string, error) {
 			}
 			host = h
 		}
-		if _, err := netip.ParseAddr(host); err != nil && !ntpHost.MatchString(host) {
+		if _, err := netip.ParseAddr(host); err != nil && !isNTPHost(host) {
 			return nil, fieldErr(field, "%q is not an IP address or host name, with an optional :port", s)
 		}
 	}
@@ -363,7 +371,7 @@ func checkInterfaces(list []*enrolmentpb.Interface) ([]Interface, error) {
 }
 
 func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error {
-	if !pki.ClusterName.MatchString(b.GetClusterName()) {
+	if !pki.IsClusterName(b.GetClusterName()) {
 		return fieldErr("bootstrap.cluster_name", "%q is not 1 to 63 characters of a-z, 0-9 and '-' starting with a letter", b.GetClusterName())
 	}
 	e.ClusterName = b.GetClusterName()

@@ -168,6 +168,8 @@ func TestCheck(t *testing.T) {
 		{name: "interface matched twice", config: interfaces(&enrolmentpb.Interface{Name: "eth0", Advertise: true},
 			&enrolmentpb.Interface{Name: "eth0"}), wantField: "network.interfaces[1]", wantText: "as an earlier"},
 		{name: "NTP port 0", config: ntp("ntp.example:0"), wantField: "network.ntp_servers[0]", wantText: "want 1 to 65535"},
+		{name: "NTP host too long", config: ntp(strings.Repeat("a.", 127) + "a"), wantField: "network.ntp_servers[0]",
+			wantText: "not an IP address or host name"},
 		{name: "NTP host with a space", config: ntp("pool.ntp.org", "bad host"), wantField: "network.ntp_servers[1]",
 			wantText: "not an IP address or host name"},
 		{name: "interface by name and MAC", config: interfaces(&enrolmentpb.Interface{Name: "eth0", Mac: "52:54:00:aa:00:01", Advertise: true}),

@@ -14,14 +14,26 @@ import (
 	"time"
 )
 
-// NodeName is the form of a node's name, which is its certificate's
+// nodeName is the form of a node's name, which is its certificate's
 // common name and DNS name and its etcd member name.
-var NodeName = regexp.MustCompile(`^node-[0-9a-f]{8}$`)
+var nodeName = regexp.MustCompile(`^node-[0-9a-f]{8}$`)
 
-// ClusterName is the form of a cluster's name, which goes into etcd's
-// flags, certificates and DNS-like names: 1 to 63 characters of a-z, 0-9
-// and '-', starting with a letter.
-var ClusterName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+// IsNodeName says whether s has the form of a node's name.
+func IsNodeName(s string) bool { return nodeName.MatchString(s) }
+
+// clusterName is the form of a cluster's name, which goes into etcd's
+// flags, certificates and DNS-like names: characters of a-z, 0-9 and '-',
+// starting with a letter. Its length is IsClusterName's to check: a
+// counted repetition would compile into a program of that many copies,
+// which costs every boot tens of milliseconds under emulation.
+var clusterName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+
+// maxClusterName is the longest cluster name: a DNS label.
+const maxClusterName = 63
+
+// IsClusterName says whether s is a cluster's name: 1 to 63 characters
+// of a-z, 0-9 and '-', starting with a letter.
+func IsClusterName(s string) bool { return len(s) <= maxClusterName && clusterName.MatchString(s) }
 
 // NewCSR makes a certificate request for a node named name, reached at
 // ips (the first is the one it advertises to its peers), signed by key.
@@ -47,7 +59,7 @@ func (ca *CA) SignCSR(der []byte, now time.Time) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("the certificate request's signature: %w", err)
 	}
 	name := csr.Subject.CommonName
-	if !NodeName.MatchString(name) {
+	if !IsNodeName(name) {
 		return nil, fmt.Errorf("the certificate request names %q, not a node name like node-1a2b3c4d", name)
 	}
 	if csr.PublicKeyAlgorithm != x509.ECDSA {

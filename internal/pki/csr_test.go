@@ -135,3 +135,27 @@ func TestCRLs(t *testing.T) {
 		})
 	}
 }
+
+func TestNames(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		node, cluster bool
+	}{
+		{name: "node-0123abcd", node: true, cluster: true},
+		{name: "node-0123ABCD", node: false, cluster: false},
+		{name: "node-0123abc", node: false, cluster: true},
+		{name: "prod", node: false, cluster: true},
+		{name: "a" + strings.Repeat("-", 62), node: false, cluster: true},
+		{name: "a" + strings.Repeat("-", 63), node: false, cluster: false},
+		{name: "", node: false, cluster: false},
+		{name: "1prod", node: false, cluster: false},
+		{name: "prod\n", node: false, cluster: false},
+	} {
+		if got := IsNodeName(tc.name); got != tc.node {
+			t.Errorf("IsNodeName(%q) = %v, want %v", tc.name, got, tc.node)
+		}
+		if got := IsClusterName(tc.name); got != tc.cluster {
+			t.Errorf("IsClusterName(%q) = %v, want %v", tc.name, got, tc.cluster)
+		}
+	}
+}

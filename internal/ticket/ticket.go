@@ -153,7 +153,7 @@ func Check(t *enrolmentpb.Ticket) error {
 	switch {
 	case t.GetVersion() != Version:
 		return fmt.Errorf("the ticket has version %d; this node reads version %d", t.GetVersion(), Version)
-	case !pki.ClusterName.MatchString(t.GetClusterName()):
+	case !pki.IsClusterName(t.GetClusterName()):
 		return fmt.Errorf("the ticket's cluster name %q is not a cluster name", t.GetClusterName())
 	case !fingerprint.MatchString(t.GetCaFingerprint()):
 		return fmt.Errorf("the ticket's CA fingerprint %q is not sha256: and 64 hex digits", t.GetCaFingerprint())

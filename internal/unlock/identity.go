@@ -64,7 +64,7 @@ func (id Identity) verify(rawCerts [][]byte, want string, usage x509.ExtKeyUsage
 		return "", fmt.Errorf("not a certificate of the cluster CA: %w", err)
 	}
 	name := leaf.Subject.CommonName
-	if !pki.NodeName.MatchString(name) {
+	if !pki.IsNodeName(name) {
 		return "", fmt.Errorf("certificate names %q, not a node", name)
 	}
 	if want != "" && name != want {
