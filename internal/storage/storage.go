@@ -222,7 +222,7 @@ func (s *Storage) create(cfg Config, k keeper, state crypt.State) (err error) {
 	}
 	defer unmapOnError(&err)
 	mapped := time.Now()
-	if err := run(log, mke2fs, "-t", "ext4", "-q", "-F", "-L", "borough-data", dev); err != nil {
+	if err := run(log, mke2fs, mkfsArgs(dev)...); err != nil {
 		return fmt.Errorf("formatting data volume: %w", err)
 	}
 	formatted := time.Now()
@@ -270,8 +270,11 @@ func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) (err error)
 	}
 	defer unmapOnError(&err)
 	mapped := time.Now()
-	if err := fsck(s.log, dev); err != nil {
-		return err
+	e2fsck := !clean(dev)
+	if e2fsck {
+		if err := fsck(s.log, dev); err != nil {
+			return err
+		}
 	}
 	checked := time.Now()
 	if err := mountData(dev); err != nil {
@@ -279,7 +282,7 @@ func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) (err error)
 	}
 	s.log.Info("data volume unlocked and mounted", "path", DataRoot,
 		"unseal", unsealed.Sub(start).Round(time.Millisecond), "map", mapped.Sub(unsealed).Round(time.Millisecond),
-		"fsck", checked.Sub(mapped).Round(time.Millisecond), "mount", time.Since(checked).Round(time.Millisecond))
+		"fsck", checked.Sub(mapped).Round(time.Millisecond), "e2fsck", e2fsck, "mount", time.Since(checked).Round(time.Millisecond))
 	return nil
 }
 
@@ -349,6 +352,7 @@ func withPartition(dev string, fn func(crypt.Syncer) error) error {
 }
 
 // fsck checks the volume's filesystem and repairs what is safe to repair.
+// MountData runs it unless the filesystem is clean (clean.go).
 func fsck(log *slog.Logger, dev string) error {
 	err := run(log, e2fsck, "-p", dev)
 	var exit *exec.ExitError
@@ -361,6 +365,18 @@ func fsck(log *slog.Logger, dev string) error {
 		return fmt.Errorf("checking data volume: %w: it needs a manual e2fsck (README: Recovery)", err)
 	}
 	return nil
+}
+
+// mkfsArgs are mke2fs's arguments for the new data volume dev. A first
+// boot waits for mke2fs, so it writes only the metadata it must: not the
+// journal's zeroes (lazy_journal_init: ext4's journal checksums reject
+// stale blocks, and under a fresh dm-crypt key the partition's old
+// contents read as noise), not the inode tables' (lazy_itable_init: the
+// kernel zeroes them in the background), and no discard of the whole
+// partition. Under TCG, mke2fs took 0.93 s of a first boot without them.
+func mkfsArgs(dev string) []string {
+	return []string{"-t", "ext4", "-q", "-F", "-L", "borough-data",
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", dev}
 }
 
 func mountData(dev string) error {
