@@ -31,8 +31,12 @@ import (
 	"github.com/borough-os/borough/internal/supervisor"
 )
 
-// carrierTimeout bounds the wait for a link to come up.
-const carrierTimeout = 20 * time.Second
+// carrierTimeout bounds the wait for a link to come up, carrierPoll is
+// how often findLink looks.
+const (
+	carrierTimeout = 20 * time.Second
+	carrierPoll    = 10 * time.Millisecond
+)
 
 // Network is the node's configured network.
 type Network struct {
@@ -153,6 +157,11 @@ var ErrNoLink = errors.New("no network link")
 
 // findLink brings up the links ifc matches and returns the first with a
 // carrier.
+//
+// It polls the carriers every carrierPoll. A virtual NIC's carrier is up
+// within milliseconds of the link, so a longer interval is a delay of
+// every boot; the kernel's link notifications would need a subscription
+// whose goroutine, in vishvananda/netlink, cannot be stopped reliably.
 func findLink(ctx context.Context, ifc enrolment.Interface) (netlink.Link, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -187,7 +196,7 @@ func findLink(ctx context.Context, ifc enrolment.Interface) (netlink.Link, error
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w %s", ErrNoLink, strings.TrimSpace(describe(ifc)+" came up within "+carrierTimeout.String()))
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(carrierPoll):
 		}
 	}
 }
