@@ -77,8 +77,9 @@ func Start(ctx context.Context, opts Options) (*VM, error) {
 		vm.cmd.Stdout = vm.console
 		vm.cmd.Stderr = &vm.stderr
 		// A headless VM is not the terminal's: Ctrl-C there is for the
-		// program that started it, which may power it off cleanly.
-		vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// program that started it, which may power it off cleanly. It
+		// does not outlive that program either, however it ends.
+		vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
 	opts.Logf("qemu: booting %s (%s disk, %s, %d MiB%s)", opts.Image, opts.Disk, accel, opts.MemoryMiB, tpmNote(opts.TPM))
 	vm.started = time.Now()

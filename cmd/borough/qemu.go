@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -97,7 +99,10 @@ func runUntil(cmd *cobra.Command, image string, f qemuFlags, command []string) e
 	if err != nil {
 		return err
 	}
-	defer stopVM(cmd, vm)
+	var once sync.Once
+	halt := func() { once.Do(func() { stopVM(cmd, vm) }) }
+	defer halt()
+	defer stopOnSignal(cmd, halt)()
 	if _, err := vm.WaitFor(f.until, f.timeout); err != nil {
 		return err
 	}
@@ -114,6 +119,26 @@ func runUntil(cmd *cobra.Command, image string, f qemuFlags, command []string) e
 		return fmt.Errorf("running %s: %w", command[0], err)
 	}
 	return nil
+}
+
+// stopOnSignal calls halt when the program is interrupted or terminated
+// (as by timeout(1) in CI), so that the VM is powered off and does not
+// outlive it holding the image; it returns what stops watching.
+func stopOnSignal(cmd *cobra.Command, halt func()) (stop func()) {
+	sigs, done := make(chan os.Signal, 1), make(chan struct{})
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(cmd.ErrOrStderr(), "borough qemu: %v: powering the VM off\n", s)
+			halt()
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
 }
 
 // stopVM powers the VM off, or kills it if it does not go.

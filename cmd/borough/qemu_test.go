@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"io"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // TestQEMUArgs: bad command lines are refused before any VM boots.
@@ -25,5 +31,27 @@ func TestQEMUArgs(t *testing.T) {
 				t.Errorf("borough %s = %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.want)
 			}
 		})
+	}
+}
+
+// TestStopOnSignal terminates the test process as timeout(1) would: the
+// VM's halt must run, and say why.
+func TestStopOnSignal(t *testing.T) {
+	var out bytes.Buffer
+	cmd := &cobra.Command{}
+	cmd.SetErr(&out)
+	halted := make(chan struct{})
+	stop := stopOnSignal(cmd, func() { close(halted) })
+	defer stop()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-halted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGTERM did not halt the VM")
+	}
+	if want := "terminated: powering the VM off"; !strings.Contains(out.String(), want) {
+		t.Errorf("stderr %q does not say %q", out.String(), want)
 	}
 }
