@@ -165,6 +165,11 @@ func (m *multi) threeVoters(t *testing.T) {
 	if strings.Count(status, "(voter") != 3 || !strings.Contains(status, "leader") {
 		t.Errorf("borough status printed:\n%s", status)
 	}
+	// Node 1 bootstrapped alone, with short raft timing, and must have
+	// left it before the cluster had a second voter (consensus.ErrRetime).
+	if want := "restarting etcd with the cluster's raft timing"; strings.Count(m.c.Nodes[0].VM.Console(), want) != 1 {
+		t.Errorf("node 1's console does not say once %q", want)
+	}
 }
 
 // badTickets boots a fresh node with tickets the cluster must refuse:

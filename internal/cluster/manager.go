@@ -87,6 +87,9 @@ type Manager struct {
 	// member's client; both guarded by m.mu.
 	names  Record
 	client *clientv3.Client
+	// retimed says that Run has restarted the member with the cluster's
+	// raft timing (consensus.ErrRetime); only Run's goroutine uses it.
+	retimed bool
 }
 
 // New returns a manager for a node in state New. log is the node's root
@@ -146,7 +149,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 	if tl := mg.cfg.Timeline; tl != nil {
 		mg.log.Info("boot timeline (seconds since the kernel started, +since the previous): " + tl.String())
 	}
-	err = mg.serve(ctx, c, rec)
+	err = mg.serveRetimed(ctx, c, rec)
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -154,6 +157,24 @@ func (mg *Manager) Run(ctx context.Context) error {
 		return mg.removed(rec)
 	}
 	return supervisor.Fatal(fmt.Errorf("the cluster member stopped: %w", err))
+}
+
+// serveRetimed serves the member, and starts it again with the cluster's
+// raft timing when it was started alone and the cluster grows past one
+// voter (consensus.ErrRetime).
+func (mg *Manager) serveRetimed(ctx context.Context, c *consensus.Consensus, rec *Record) error {
+	for {
+		err := mg.serve(ctx, c, rec)
+		if !errors.Is(err, consensus.ErrRetime) || ctx.Err() != nil {
+			return err
+		}
+		mg.log.Info("the cluster is growing past one voter: restarting etcd with the cluster's raft timing")
+		mg.retimed = true
+		if c, err = mg.startMember(ctx, rec); err != nil {
+			return err
+		}
+		mg.started(rec, c.Client)
+	}
 }
 
 // serve runs the member and its join endpoint; the first to end ends both.
@@ -238,7 +259,8 @@ func (mg *Manager) consensusConfig(name, cluster string, mode consensus.Mode) co
 		Name: name, Cluster: cluster,
 		DataDir: mg.etcdDir(), PKI: mg.pkiFiles(),
 		IP: mg.cfg.IP, Mode: mode, Socket: Socket,
-		Log: mg.log.With("service", "consensus"),
+		Alone: mg.alone(name, mode),
+		Log:   mg.log.With("service", "consensus"),
 	}
 	if o := mg.cfg.overrides; o.socket != "" {
 		c.Socket = o.socket
@@ -247,6 +269,27 @@ func (mg *Manager) consensusConfig(name, cluster string, mode consensus.Mode) co
 		c.ListenIP = mg.cfg.IP
 	}
 	return c
+}
+
+// alone says whether the member name starts in mode as its cluster's only
+// member (consensus.Config.Alone): a new cluster's, or one the member
+// directory lists alone, unless it has already been restarted with the
+// cluster's timing (consensus.ErrRetime).
+func (mg *Manager) alone(name string, mode consensus.Mode) bool {
+	switch {
+	case mg.retimed:
+		return false
+	case mode == consensus.ModeNew:
+		return true
+	case mode != consensus.ModeRestart:
+		return false
+	}
+	d, err := mg.readDirectory()
+	if err != nil {
+		return false
+	}
+	_, self := d.Members[name]
+	return self && len(d.Members) == 1
 }
 
 // writeRecords writes rec to the data volume, then to the ESP.

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/console"
 )
 
@@ -162,5 +164,45 @@ func TestRecordRoundTrip(t *testing.T) {
 		if _, err := readRecord(path); err == nil || errors.Is(err, errDamaged) != tc.damaged {
 			t.Errorf("readRecord of %s = %v, want an error (damaged: %v)", tc.name, err, tc.damaged)
 		}
+	}
+}
+
+// TestAlone: which starts of a member are alone, and so run with short
+// raft timing (consensus.Config.Alone).
+func TestAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		mode      consensus.Mode
+		directory []string // member names; nil: no directory
+		retimed   bool
+		want      bool
+	}{
+		{name: "new cluster", mode: consensus.ModeNew, want: true},
+		{name: "joining", mode: consensus.ModeJoin, directory: []string{"node-1"}},
+		{name: "restart, alone in the directory", mode: consensus.ModeRestart, directory: []string{"node-1"}, want: true},
+		{name: "restart with a peer", mode: consensus.ModeRestart, directory: []string{"node-1", "node-2"}},
+		{name: "restart, another alone in the directory", mode: consensus.ModeRestart, directory: []string{"node-2"}},
+		{name: "restart without a directory", mode: consensus.ModeRestart},
+		{name: "restart after retiming", mode: consensus.ModeRestart, directory: []string{"node-1"}, retimed: true},
+		{name: "new cluster after retiming", mode: consensus.ModeNew, retimed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			mg := New(slog.New(console.NewHandler(io.Discard)))
+			mg.Configure(Config{DataRoot: filepath.Join(dir, "data"), ESPRoot: filepath.Join(dir, "esp")})
+			mg.retimed = tc.retimed
+			if tc.directory != nil {
+				d := &directory{Cluster: "prod", Members: map[string][]string{}}
+				for _, n := range tc.directory {
+					d.Members[n] = []string{"https://10.0.0.1:2380"}
+				}
+				if err := mg.writeDirectory(d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := mg.alone("node-1", tc.mode); got != tc.want {
+				t.Errorf("alone = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

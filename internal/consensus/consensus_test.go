@@ -43,12 +43,7 @@ func TestConsensus(t *testing.T) {
 	if err := files.Write(Bundle{CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: owner.Cert, CRL: crl}); err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("etcd's log:\n%s", logs.String())
-		}
-	})
+	logs := etcdLog(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// Its own loopback address, apart from other packages' tests that run
@@ -57,7 +52,7 @@ func TestConsensus(t *testing.T) {
 	c, err := Start(ctx, Config{
 		Name: "n1", Cluster: "test", DataDir: filepath.Join(dir, "etcd"), PKI: files,
 		IP: ip, ListenIP: ip, Mode: ModeNew, Socket: filepath.Join(dir, "etcd.sock"),
-		Log: slog.New(console.NewHandler(&logs)),
+		Log: slog.New(console.NewHandler(logs)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -161,4 +156,15 @@ func TestPromotable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// etcdLog is a buffer for the members' logs, printed if the test fails.
+func etcdLog(t *testing.T) *bytes.Buffer {
+	var logs bytes.Buffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("etcd's log:\n%s", logs.String())
+		}
+	})
+	return &logs
 }

@@ -111,13 +111,17 @@ const promoteInterval = 250 * time.Millisecond
 
 // autopromote promotes learners, on the leader only, as promotable says.
 // etcd refuses to promote a learner that has not caught up; that is
-// logged at debug level and retried.
+// logged at debug level and retried. A member started alone promotes
+// none: it returns ErrRetime instead, and as soon as another member votes.
 func (c *Consensus) autopromote(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(promoteInterval):
+		}
+		if c.cfg.Alone && voters(c.Members()) > 1 {
+			return ErrRetime
 		}
 		if c.etcd.Server.Leader() != c.etcd.Server.MemberID() || !hasLearner(c.Members()) {
 			continue
@@ -130,6 +134,9 @@ func (c *Consensus) autopromote(ctx context.Context) error {
 		m, ok := promotable(c.Members(), forGood)
 		if !ok {
 			continue
+		}
+		if c.cfg.Alone {
+			return ErrRetime
 		}
 		_, err = c.Client.MemberPromote(ctx, m.ID)
 		switch {
@@ -179,6 +186,12 @@ func promotable(members []Member, forGood map[string]bool) (Member, bool) {
 		return Member{}, false
 	}
 	return pending[0], true
+}
+
+// voters counts the members that vote.
+func voters(members []Member) int {
+	n, _ := count(members, nil)
+	return n
 }
 
 // minVoters is the fewest voters the policy promotes learners to.
