@@ -57,7 +57,7 @@ func TestReleaseImage(t *testing.T) {
 // order, at times that never go back.
 func checkTimeline(t *testing.T, line string) {
 	t.Helper()
-	phases := []string{timeline.Init, timeline.PayloadMounted,
+	phases := []string{timeline.Init, timeline.PayloadMounted, timeline.NodeRead,
 		timeline.Node, timeline.Network, timeline.Storage, timeline.EtcdReady, timeline.Running}
 	re := regexp.MustCompile(` ([a-z-]+)=([0-9.]+)\(\+[0-9.]+\)`)
 	var got []string

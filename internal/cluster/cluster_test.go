@@ -106,7 +106,8 @@ func ownerIdentity(t *testing.T) (*x509.Certificate, tls.Certificate) {
 
 // TestJoinInProcess runs three members with real etcd on loopback
 // addresses: one bootstraps, two join with tickets the owner mints; the
-// second stays a learner until the third joins, then both vote; a used
+// second stays a learner until the third joins, then both vote (once the
+// first has restarted its etcd with the cluster's raft timing); a used
 // ticket admits nobody else.
 func TestJoinInProcess(t *testing.T) {
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
@@ -160,6 +161,9 @@ func TestJoinInProcess(t *testing.T) {
 	tc := mint()
 	c := start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: tc}, "")
 	c.wait(t, "node running cluster=unit")
+	// A bootstrapped alone, with short raft timing, which it leaves
+	// before it promotes anyone (consensus.ErrRetime).
+	a.wait(t, "restarting etcd with the cluster's raft timing")
 	b.wait(t, "promoted to voter")
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		list, err := cl.MemberList(ctx)

@@ -217,6 +217,10 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 		return nil, err
 	}
 	_ = os.Remove(cfg.Socket)
+	if cfg.Alone {
+		cfg.Log.Info("the only member of its cluster: raft at a tenth of etcd's timing until another member votes",
+			"tick", time.Duration(aloneTiming.tick)*time.Millisecond, "election", time.Duration(aloneTiming.election)*time.Millisecond)
+	}
 	e, err := embed.StartEtcd(cfg.embed())
 	if err != nil {
 		return nil, fmt.Errorf("starting etcd: %w", err)

@@ -7,8 +7,11 @@
 // to a read-only loop device, puts a dm-verity device over it, mounts the
 // squashfs from that and links its files into the root filesystem: the
 // kernel checks every block the node reads against the measured root
-// hash, and reads only the blocks the node touches, where it used to read,
-// hash and unpack the whole payload into RAM before the node could start.
+// hash, into page cache it can reclaim, where init used to read, hash and
+// unpack the whole payload into RAM before the node could start. init
+// then reads the node binary once (Prefetch): the node's start needs
+// nearly all of it, and one pass in file order is faster than its page
+// faults.
 //
 // This package is small on purpose: init, which must start fast, links it.
 package payload

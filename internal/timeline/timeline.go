@@ -38,8 +38,8 @@ const (
 	PayloadMounted = "payload-mounted"
 	NodeRead       = "node-read"
 	Node           = "node"
-	Storage        = "storage"
 	Network        = "network"
+	Storage        = "storage"
 	EtcdReady      = "etcd-ready"
 	Running        = "running"
 )
