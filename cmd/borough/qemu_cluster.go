@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,7 +31,7 @@ func qemuClusterCommand() *cobra.Command {
 you ('borough owner init'), the others join it one at a time with tickets.
 The VMs talk over a LAN that exists only between them (a hub on a unix
 socket); node i's client port is forwarded from 127.0.0.1:(--base-port + i-1).
-It prints the etcdctl settings for all nodes and runs until Ctrl-C, which
+It prints the etcdctl settings for all nodes and runs until Ctrl-C or SIGTERM, which
 powers every node off. --state keeps disks, firmware variables and TPM state:
 run it again with the same --state and the cluster restarts.`,
 		Args: cobra.NoArgs,
@@ -56,7 +57,7 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 		ports[i] = f.basePort + i
 		apiPorts[i] = f.apiPort + i
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	consoles, err := consoleFiles(f.state, f.nodes)
 	if err != nil {
@@ -90,7 +91,7 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 	} {
 		fmt.Fprintf(out, "export %s=%s\n", kv[0], kv[1])
 	}
-	fmt.Fprintf(stderr, "cluster running (CA %s); consoles in %s/node*/console.log; Ctrl-C powers every node off\n",
+	fmt.Fprintf(stderr, "cluster running (CA %s); consoles in %s/node*/console.log; Ctrl-C (or SIGTERM) powers every node off\n",
 		c.Fingerprint, f.state)
 	update := fmt.Sprintf("borough update --cluster %s IMAGE --fingerprint %s", strings.Join(c.Endpoints(), ","), c.Fingerprint)
 	for _, n := range c.Nodes {

@@ -27,33 +27,13 @@ import (
 // node's of the cluster CA and a stranger's, and the CRL watcher writes
 // what is put in etcd once it has checked it.
 func TestConsensus(t *testing.T) {
-	dir := t.TempDir()
-	files := Files{Dir: filepath.Join(dir, "pki")}
-	now := time.Now()
-	ca, err := pki.NewCA("test", now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := ca.Issue("n1", []net.IP{net.IPv4(127, 0, 0, 9)}, []string{"localhost"}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crl, _ := ca.CRL(1, nil, now)
-	owner, _ := pki.NewOwner("owner", now)
-	if err := files.Write(Bundle{CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: owner.Cert, CRL: crl}); err != nil {
-		t.Fatal(err)
-	}
-	logs := etcdLog(t)
+	tc := newTestCA(t)
+	ca, owner, crl, now := tc.ca, tc.owner, tc.crl, tc.now
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// Its own loopback address, apart from other packages' tests that run
-	// etcd at the same time.
-	ip := netip.MustParseAddr("127.0.0.9")
-	c, err := Start(ctx, Config{
-		Name: "n1", Cluster: "test", DataDir: filepath.Join(dir, "etcd"), PKI: files,
-		IP: ip, ListenIP: ip, Mode: ModeNew, Socket: filepath.Join(dir, "etcd.sock"),
-		Log: slog.New(console.NewHandler(logs)),
-	})
+	cfg := tc.member("n1", "127.0.0.9", ModeNew)
+	files := cfg.PKI
+	c, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +105,7 @@ func TestConsensus(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	for _, refused := range []string{"not issued by the cluster CA", "not a DER revocation list"} {
-		if !strings.Contains(logs.String(), refused) {
+		if !strings.Contains(tc.logs.String(), refused) {
 			t.Errorf("the log does not say a CRL was refused as %q", refused)
 		}
 	}
@@ -158,13 +138,54 @@ func TestPromotable(t *testing.T) {
 	}
 }
 
-// etcdLog is a buffer for the members' logs, printed if the test fails.
-func etcdLog(t *testing.T) *bytes.Buffer {
-	var logs bytes.Buffer
+// testCA is a cluster CA with its owner and first CRL, for members that
+// run in a test; their logs are printed if the test fails.
+type testCA struct {
+	t     *testing.T
+	dir   string
+	now   time.Time
+	ca    *pki.CA
+	owner *pki.Cert
+	crl   []byte
+	logs  *bytes.Buffer
+}
+
+func newTestCA(t *testing.T) *testCA {
+	tc := &testCA{t: t, dir: t.TempDir(), now: time.Now(), logs: new(bytes.Buffer)}
+	var err error
+	if tc.ca, err = pki.NewCA("test", tc.now); err != nil {
+		t.Fatal(err)
+	}
+	if tc.crl, err = tc.ca.CRL(1, nil, tc.now); err != nil {
+		t.Fatal(err)
+	}
+	if tc.owner, err = pki.NewOwner("owner", tc.now); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("etcd's log:\n%s", logs.String())
+			t.Logf("etcd's log:\n%s", tc.logs.String())
 		}
 	})
-	return &logs
+	return tc
+}
+
+// member is the config of a member named name at ip, with its
+// certificate files written. Each test's members have their own loopback
+// addresses, apart from other packages' tests that run etcd at the same
+// time.
+func (tc *testCA) member(name, ip string, mode Mode) Config {
+	tc.t.Helper()
+	files := Files{Dir: filepath.Join(tc.dir, name, "pki")}
+	node, err := tc.ca.Issue(name, []net.IP{net.ParseIP(ip)}, []string{"localhost"}, tc.now)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	if err := files.Write(Bundle{CA: tc.ca.Cert, Cert: node.Cert, Key: node.Key, Owner: tc.owner.Cert, CRL: tc.crl}); err != nil {
+		tc.t.Fatal(err)
+	}
+	addr := netip.MustParseAddr(ip)
+	return Config{Name: name, Cluster: "test", DataDir: filepath.Join(tc.dir, name, "etcd"), PKI: files,
+		IP: addr, ListenIP: addr, Mode: mode, Socket: filepath.Join(tc.dir, name+".sock"),
+		Log: slog.New(console.NewHandler(tc.logs)).With("member", name)}
 }

@@ -4,14 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
-	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/borough-os/borough/internal/console"
-	"github.com/borough-os/borough/internal/pki"
 )
 
 func TestTiming(t *testing.T) {
@@ -30,33 +24,12 @@ func TestTiming(t *testing.T) {
 // second voter: the member must stop with ErrRetime, since its timing
 // would not do for two.
 func TestRetime(t *testing.T) {
-	dir := t.TempDir()
-	now := time.Now()
-	ca, err := pki.NewCA("test", now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crl, _ := ca.CRL(1, nil, now)
-	owner, _ := pki.NewOwner("owner", now)
-	logs := etcdLog(t)
+	tc := newTestCA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	config := func(name, ip string, mode Mode, alone bool) Config {
-		files := Files{Dir: filepath.Join(dir, name, "pki")}
-		node, err := ca.Issue(name, []net.IP{net.ParseIP(ip)}, []string{"localhost"}, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := files.Write(Bundle{CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: owner.Cert, CRL: crl}); err != nil {
-			t.Fatal(err)
-		}
-		// Their own loopback addresses, apart from other tests' etcd.
-		addr := netip.MustParseAddr(ip)
-		return Config{Name: name, Cluster: "test", DataDir: filepath.Join(dir, name, "etcd"), PKI: files,
-			IP: addr, ListenIP: addr, Mode: mode, Alone: alone, Socket: filepath.Join(dir, name+".sock"),
-			Log: slog.New(console.NewHandler(logs)).With("member", name)}
-	}
-	first, err := Start(ctx, config("n1", "127.0.0.11", ModeNew, true))
+	alone := tc.member("n1", "127.0.0.11", ModeNew)
+	alone.Alone = true
+	first, err := Start(ctx, alone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +40,7 @@ func TestRetime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config("n2", "127.0.0.12", ModeJoin, false)
+	cfg := tc.member("n2", "127.0.0.12", ModeJoin)
 	for _, m := range add.Members {
 		cfg.Peers = append(cfg.Peers, Peer{Name: m.Name, PeerURLs: m.PeerURLs})
 	}

@@ -270,11 +270,9 @@ func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) (err error)
 	}
 	defer unmapOnError(&err)
 	mapped := time.Now()
-	e2fsck := !clean(dev)
-	if e2fsck {
-		if err := fsck(s.log, dev); err != nil {
-			return err
-		}
+	e2fsck, err := fsck(s.log, dev)
+	if err != nil {
+		return err
 	}
 	checked := time.Now()
 	if err := mountData(dev); err != nil {
@@ -351,20 +349,24 @@ func withPartition(dev string, fn func(crypt.Syncer) error) error {
 	return f.Close()
 }
 
-// fsck checks the volume's filesystem and repairs what is safe to repair.
-// MountData runs it unless the filesystem is clean (clean.go).
-func fsck(log *slog.Logger, dev string) error {
-	err := run(log, e2fsck, "-p", dev)
+// fsck checks the volume's filesystem and repairs what is safe to repair,
+// with e2fsck unless its superblock says it is clean (clean.go); ran says
+// whether e2fsck ran.
+func fsck(log *slog.Logger, dev string) (ran bool, err error) {
+	if clean(dev) {
+		return false, nil
+	}
+	err = run(log, e2fsck, "-p", dev)
 	var exit *exec.ExitError
 	// 1: errors corrected; 2: corrected, reboot advised (root fs only).
 	if errors.As(err, &exit) && (exit.ExitCode() == 1 || exit.ExitCode() == 2) {
 		log.Warn("e2fsck corrected errors on the data volume")
-		return nil
+		return true, nil
 	}
 	if err != nil {
-		return fmt.Errorf("checking data volume: %w: it needs a manual e2fsck (README: Recovery)", err)
+		return true, fmt.Errorf("checking data volume: %w: it needs a manual e2fsck (README: Recovery)", err)
 	}
-	return nil
+	return true, nil
 }
 
 // mkfsArgs are mke2fs's arguments for the new data volume dev. A first
