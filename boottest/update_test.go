@@ -80,7 +80,11 @@ func TestUpdate(t *testing.T) {
 		if err := upd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, vm, stepTimeout, "borough: update: boot slot B version=1.1.0 boot=\"try boot\"")
+		t.Cleanup(func() { _ = upd.Process.Kill() })
+		// The install, sealing ahead and the reboot each take a step's
+		// time; the try boot, a boot's.
+		expect(t, vm, stepTimeout, "borough: update: keys sealed to the new boot binary too")
+		expect(t, vm, bootTimeout, "borough: update: boot slot B version=1.1.0 boot=\"try boot\"")
 		vm.Kill()
 		vm = boot(parent, opts) // the VM outlives this case
 
