@@ -14,6 +14,7 @@ import (
 	"github.com/u-root/mkuimage/cpio"
 
 	"github.com/borough-os/borough/internal/payload"
+	"github.com/borough-os/borough/internal/uki"
 )
 
 // TestNotice checks that NOTICE names everything the release image ships
@@ -63,7 +64,7 @@ func noticeName(name string) string {
 // shippedFiles lists the regular files and symlinks of a zstd cpio archive.
 func shippedFiles(t *testing.T, path string) []string {
 	t.Helper()
-	records, err := payload.Records(read(t, path))
+	records, err := uki.InitrdRecords(read(t, path))
 	if err != nil {
 		t.Fatalf("reading %s: %v", path, err)
 	}

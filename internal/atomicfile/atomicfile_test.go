@@ -47,3 +47,47 @@ func TestWrite(t *testing.T) {
 		t.Errorf("Write under a regular file = %v, want an error naming the path", err)
 	}
 }
+
+func TestWriteAll(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "a", "old")
+	os.MkdirAll(filepath.Dir(old), 0o700)
+	os.WriteFile(old, []byte("old contents"), 0o600)
+	blocker := filepath.Join(dir, "blocker")
+	os.WriteFile(blocker, nil, 0o600)
+	for _, tc := range []struct {
+		name    string
+		files   []File
+		wantErr string
+		// want is each path's contents afterwards; "" for no file.
+		want map[string]string
+	}{
+		{"new and replaced files in several directories",
+			[]File{{old, []byte("new a"), 0o600}, {filepath.Join(dir, "b", "c", "new"), []byte("new b"), 0o644}}, "",
+			map[string]string{old: "new a", filepath.Join(dir, "b", "c", "new"): "new b"}},
+		{"one that cannot be written replaces none",
+			[]File{{old, []byte("not written"), 0o600}, {filepath.Join(blocker, "f"), []byte("x"), 0o600}}, blocker,
+			map[string]string{old: "new a", filepath.Join(blocker, "f"): ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := WriteAll(tc.files...)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("WriteAll = %v, want an error naming %q", err, tc.wantErr)
+			}
+			for path, want := range tc.want {
+				got, err := os.ReadFile(path)
+				if string(got) != want || want != "" && err != nil {
+					t.Errorf("%s = %q, %v; want %q", path, got, err, want)
+				}
+				if _, err := os.Stat(path + ".tmp"); want != "" && !os.IsNotExist(err) {
+					t.Errorf("the temporary file of %s was left behind", path)
+				}
+			}
+			for _, f := range tc.files {
+				if st, err := os.Stat(f.Path); err == nil && tc.wantErr == "" && st.Mode().Perm() != f.Perm {
+					t.Errorf("%s: mode = %v, want %v", f.Path, st.Mode().Perm(), f.Perm)
+				}
+			}
+		})
+	}
+}

@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
@@ -70,16 +69,9 @@ func (mg *Manager) writePKI(cluster, name string) (*pki.CA, *pki.Cert, error) {
 		return nil, nil, err
 	}
 	err = mg.pkiFiles().Write(consensus.Bundle{
-		CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: mg.cfg.Enrolment.Owner, CRL: crl,
+		CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: mg.cfg.Enrolment.Owner, CRL: crl, CAKey: ca.Key,
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	key, err := pki.KeyPEM(ca.Key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return ca, node, atomicfile.Write(mg.pkiFiles().CAKey(), key, 0o600)
+	return ca, node, err
 }
 
 // storeCluster records the cluster's CA, CRL, owner and first node in

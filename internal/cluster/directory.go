@@ -98,12 +98,11 @@ func (mg *Manager) writeDirectory(d *directory) error {
 	if err != nil {
 		return err
 	}
+	var files []atomicfile.File
 	for _, p := range mg.directoryPaths() {
-		if err := atomicfile.Write(p, b, 0o600); err != nil {
-			return err
-		}
+		files = append(files, atomicfile.File{Path: p, Data: b, Perm: 0o600})
 	}
-	return nil
+	return atomicfile.WriteAll(files...)
 }
 
 // peerEndpoints are the join endpoints of the directory's members other

@@ -168,6 +168,11 @@ func (c Config) embed() *embed.Config {
 		ec.ClusterState = embed.ClusterStateFlagNew
 	}
 	ec.MaxLearners = MaxLearners
+	// No gRPC gateway (etcd's HTTP/JSON translation of its API): owners
+	// use etcdctl, which speaks gRPC, and the gateway is more to attack
+	// and more to start: it dials the member's own gRPC server on each
+	// client listener at every start.
+	ec.EnableGRPCGateway = false
 	if c.Alone {
 		ec.TickMs, ec.ElectionMs = aloneTiming.tick, aloneTiming.election
 	}

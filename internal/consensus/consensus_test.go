@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -79,6 +80,27 @@ func TestConsensus(t *testing.T) {
 	}{{"owner", owner, true}, {"cluster CA", member, false}, {"other CA", stranger, false}, {"none", nil, false}} {
 		if err := remote(tc.cert); (err == nil) != tc.ok {
 			t.Errorf("remote client with %s certificate: err = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+
+	// The client port serves etcd's HTTP health check, but not the gRPC
+	// gateway's HTTP/JSON API.
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	web := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{owner.Cert.Raw}, PrivateKey: owner.Key}}}}}
+	for _, req := range []struct {
+		method, path string
+		want         int
+	}{{"GET", "/health", http.StatusOK}, {"POST", "/v3/kv/range", http.StatusNotFound}} {
+		r, _ := http.NewRequestWithContext(ctx, req.method, "https://127.0.0.9:2379"+req.path, strings.NewReader(`{"key":"aw=="}`))
+		resp, err := web.Do(r)
+		if err != nil {
+			t.Fatalf("%s %s: %v", req.method, req.path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != req.want {
+			t.Errorf("%s %s: status %d, want %d", req.method, req.path, resp.StatusCode, req.want)
 		}
 	}
 

@@ -4,7 +4,6 @@ import (
 	"crypto"
 	"crypto/x509"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -42,9 +41,13 @@ type Bundle struct {
 	Owner *x509.Certificate
 	// CRL is the cluster's DER revocation list.
 	CRL []byte
+	// CAKey is the cluster CA's key, for the node that keeps a copy
+	// (CAKey); nil leaves that file as it is.
+	CAKey crypto.Signer
 }
 
-// Write writes the bundle's files, each atomically.
+// Write writes the bundle's files, each atomically, with two syncs for
+// them all (atomicfile.WriteAll).
 //
 // The client port trusts the owner's certificate alone, not the cluster
 // CA: members reach their own etcd through the local socket and each other
@@ -67,29 +70,25 @@ func (f Files) Write(b Bundle) error {
 		owner = nobody.Cert
 	}
 	trusted := pki.CertPEM(owner)
-	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
-		return err
-	}
-	files := []struct {
-		path string
-		data []byte
-	}{
-		{f.Key(), key},
-		{f.CA(), pki.CertPEM(b.CA)},
-		{f.Cert(), append(pki.CertPEM(b.Cert), pki.CertPEM(b.CA)...)},
-		{f.Trusted(), trusted},
-		{f.CRL(), b.CRL},
+	files := []atomicfile.File{
+		{Path: f.Key(), Data: key, Perm: 0o600},
+		{Path: f.CA(), Data: pki.CertPEM(b.CA), Perm: 0o600},
+		{Path: f.Cert(), Data: append(pki.CertPEM(b.Cert), pki.CertPEM(b.CA)...), Perm: 0o600},
+		{Path: f.Trusted(), Data: trusted, Perm: 0o600},
+		{Path: f.CRL(), Data: b.CRL, Perm: 0o600},
 	}
 	if b.Owner != nil {
-		files = append(files, struct {
-			path string
-			data []byte
-		}{f.Owner(), trusted})
+		files = append(files, atomicfile.File{Path: f.Owner(), Data: trusted, Perm: 0o600})
 	}
-	for _, file := range files {
-		if err := atomicfile.Write(file.path, file.data, 0o600); err != nil {
-			return fmt.Errorf("writing %s: %w", file.path, err)
+	if b.CAKey != nil {
+		caKey, err := pki.KeyPEM(b.CAKey)
+		if err != nil {
+			return err
 		}
+		files = append(files, atomicfile.File{Path: f.CAKey(), Data: caKey, Perm: 0o600})
+	}
+	if err := atomicfile.WriteAll(files...); err != nil {
+		return fmt.Errorf("writing the PKI files: %w", err)
 	}
 	return nil
 }

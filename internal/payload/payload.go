@@ -17,7 +17,6 @@
 package payload
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -25,8 +24,6 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/klauspost/compress/zstd"
-	"github.com/u-root/mkuimage/cpio"
 	"golang.org/x/sys/unix"
 
 	"github.com/borough-os/borough/internal/devmapper"
@@ -182,23 +179,4 @@ func Link(root, tree string) error {
 		}
 	}
 	return nil
-}
-
-// Records reads the records of a zstd-compressed cpio archive: the
-// initramfs.
-func Records(compressed []byte) ([]cpio.Record, error) {
-	dec, err := zstd.NewReader(bytes.NewReader(compressed))
-	if err != nil {
-		return nil, err
-	}
-	defer dec.Close()
-	raw, err := io.ReadAll(dec)
-	if err != nil {
-		return nil, fmt.Errorf("decompressing the archive: %w", err)
-	}
-	records, err := cpio.ReadAllRecords(cpio.Newc.Reader(bytes.NewReader(raw)))
-	if err != nil {
-		return nil, fmt.Errorf("reading the archive: %w", err)
-	}
-	return records, nil
 }

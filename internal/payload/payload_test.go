@@ -1,56 +1,11 @@
 package payload
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-
-	"github.com/klauspost/compress/zstd"
-	"github.com/u-root/mkuimage/cpio"
 )
-
-func archive(t *testing.T, records ...cpio.Record) []byte {
-	t.Helper()
-	var raw bytes.Buffer
-	w := cpio.Newc.Writer(&raw)
-	if err := cpio.WriteRecordsAndDirs(w, records); err != nil {
-		t.Fatal(err)
-	}
-	if err := cpio.WriteTrailer(w); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	enc, _ := zstd.NewWriter(&out)
-	enc.Write(raw.Bytes())
-	enc.Close()
-	return out.Bytes()
-}
-
-func TestRecords(t *testing.T) {
-	b := archive(t,
-		cpio.StaticFile("init", "#!init", 0o755),
-		cpio.StaticFile(Hash, "abc\n", 0o644),
-	)
-	records, err := Records(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, r := range records {
-		names = append(names, r.Name)
-	}
-	if !slices.Contains(names, Hash) || !slices.Contains(names, "init") {
-		t.Errorf("records %v; want init and %s", names, Hash)
-	}
-	for name, bad := range map[string][]byte{"garbage": []byte("not zstd"), "truncated": b[:len(b)/2]} {
-		if _, err := Records(bad); err == nil {
-			t.Errorf("Records of %s succeeded", name)
-		}
-	}
-}
 
 // TestLink links a payload tree into a root that shares some of its
 // directories, as the initramfs shares etc and data with the payload.

@@ -6,8 +6,12 @@ import (
 	"debug/pe"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/u-root/mkuimage/cpio"
 )
 
 // Version returns the VERSION_ID of the UKI's os-release section: the
@@ -67,4 +71,24 @@ func SectionData(s *pe.Section) ([]byte, error) {
 		data = data[:n]
 	}
 	return data, nil
+}
+
+// InitrdRecords reads the records of a UKI's initramfs, a zstd-compressed
+// newc cpio archive as package image writes it. It lives here, not with
+// the payload that init mounts: init need not link zstd and cpio.
+func InitrdRecords(compressed []byte) ([]cpio.Record, error) {
+	dec, err := zstd.NewReader(bytes.NewReader(compressed))
+	if err != nil {
+		return nil, err
+	}
+	defer dec.Close()
+	raw, err := io.ReadAll(dec)
+	if err != nil {
+		return nil, fmt.Errorf("decompressing the archive: %w", err)
+	}
+	records, err := cpio.ReadAllRecords(cpio.Newc.Reader(bytes.NewReader(raw)))
+	if err != nil {
+		return nil, fmt.Errorf("reading the archive: %w", err)
+	}
+	return records, nil
 }

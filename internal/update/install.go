@@ -87,7 +87,7 @@ func PayloadSHA(bootBinary []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	records, err := payload.Records(initrd)
+	records, err := uki.InitrdRecords(initrd)
 	if err != nil {
 		return "", fmt.Errorf("its initramfs: %w", err)
 	}
