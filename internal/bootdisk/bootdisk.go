@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,9 +148,6 @@ func bootedDisk(disks []*Disk, sysRoot, efivars string) *Disk {
 	return found[0]
 }
 
-// pciFunction matches a PCI function's name in sysfs, domain:bus:dev.fn.
-var pciFunction = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:([0-9a-f]{2})\.([0-7])$`)
-
 // pciPath returns the PCI functions from the root complex down to disk
 // name, from where its sysfs entry links: e.g.
 // devices/pci0000:00/0000:00:1c.0/0000:01:00.0/nvme/nvme0/nvme0n1.
@@ -162,13 +158,9 @@ func pciPath(sysRoot, name string) []efivar.PCIFunction {
 	}
 	var out []efivar.PCIFunction
 	for _, c := range strings.Split(dir, string(filepath.Separator)) {
-		m := pciFunction.FindStringSubmatch(c)
-		if m == nil {
-			continue
+		if f, ok := efivar.ParsePCIFunction(c); ok {
+			out = append(out, f)
 		}
-		dev, _ := strconv.ParseUint(m[1], 16, 8)
-		fn, _ := strconv.ParseUint(m[2], 16, 8)
-		out = append(out, efivar.PCIFunction{Device: uint8(dev), Function: uint8(fn)})
 	}
 	return out
 }

@@ -197,3 +197,26 @@ func TestBootEntryPCIPath(t *testing.T) {
 		})
 	}
 }
+
+func TestParsePCIFunction(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want PCIFunction
+		ok   bool
+	}{
+		{"0000:00:1c.0", PCIFunction{Device: 0x1c, Function: 0}, true},
+		{"0000:01:00.7", PCIFunction{Device: 0, Function: 7}, true},
+		{"pci0000:00", PCIFunction{}, false},
+		{"0000:00:1c.8", PCIFunction{}, false},
+		{"0000:00:1C.0", PCIFunction{}, false},
+		{"0000:00:1c.0x", PCIFunction{}, false},
+		{"0000-00:1c.0", PCIFunction{}, false},
+		{"nvme0n1", PCIFunction{}, false},
+		{"", PCIFunction{}, false},
+	} {
+		got, ok := ParsePCIFunction(tc.name)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("ParsePCIFunction(%q) = %+v, %v; want %+v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -97,6 +98,29 @@ func guidBytes(g uuid.UUID) []byte {
 // names it under its parent bridge.
 type PCIFunction struct {
 	Device, Function uint8
+}
+
+// ParsePCIFunction reads a PCI function's name in sysfs,
+// domain:bus:device.function in lower-case hex (0000:00:1c.0), and says
+// whether name is one. By hand, not by a regular expression: its counted
+// repetitions compile, at every boot, into a program of a copy each.
+func ParsePCIFunction(name string) (PCIFunction, bool) {
+	if len(name) != len("0000:00:00.0") || name[4] != ':' || name[7] != ':' || name[10] != '.' {
+		return PCIFunction{}, false
+	}
+	for _, field := range []string{name[:4], name[5:7], name[8:10], name[11:]} {
+		for _, c := range field {
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return PCIFunction{}, false
+			}
+		}
+	}
+	dev, _ := strconv.ParseUint(name[8:10], 16, 8)
+	fn, _ := strconv.ParseUint(name[11:], 16, 8)
+	if fn > 7 {
+		return PCIFunction{}, false
+	}
+	return PCIFunction{Device: uint8(dev), Function: uint8(fn)}, true
 }
 
 // BootEntryPCIPath returns the PCI functions, from the root complex down,

@@ -18,11 +18,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/borough-os/borough/internal/blockdev"
+	"github.com/borough-os/borough/internal/efivar"
 )
 
 // Report is what Scan found.
@@ -199,8 +199,6 @@ func controllerDriver(dev string) string {
 	return ""
 }
 
-var pciAddress = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
-
 // unbound lists the PCI network and storage controllers with no driver.
 func unbound(sys string) ([]PCIDevice, error) {
 	dir := filepath.Join(sys, "bus", "pci", "devices")
@@ -213,7 +211,7 @@ func unbound(sys string) ([]PCIDevice, error) {
 	}
 	var out []PCIDevice
 	for _, e := range entries {
-		if !pciAddress.MatchString(e.Name()) {
+		if _, ok := efivar.ParsePCIFunction(e.Name()); !ok {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())

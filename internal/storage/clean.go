@@ -35,8 +35,8 @@ const (
 // the payload. Anything else, a superblock that does not read or whose
 // checksum fails among it, is not clean: e2fsck then checks, and says
 // what is wrong. This reads the superblock itself: go-diskfs's ext4
-// package, already in the node binary, parses it but exports none of
-// these fields, and reads the group descriptors too.
+// package parses it but exports none of these fields, reads the group
+// descriptors too, and would cost every boot its package inits.
 func clean(dev string) bool {
 	f, err := os.Open(dev)
 	if err != nil {

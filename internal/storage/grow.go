@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unsafe"
 
-	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
@@ -64,16 +64,18 @@ func renewTable(d *bootdisk.Disk) (int64, error) {
 		table.Partitions = append(table.Partitions, &c)
 	}
 	// Not exclusively: the ESP is mounted, as init runs the node from it.
-	disk, err := diskfs.Open(d.Path, diskfs.WithOpenMode(diskfs.ReadWrite))
+	// The raw backend, not diskfs.Open: that links go-diskfs's every
+	// filesystem into the node, whose package inits cost each boot.
+	disk, err := file.OpenFromPathWithExclusive(d.Path, false, false)
 	if err != nil {
 		return 0, fmt.Errorf("opening %s to renew its partition table: %w", d.Path, err)
 	}
 	defer disk.Close()
-	rw, err := disk.Backend.Writable()
+	rw, err := disk.Writable()
 	if err != nil {
 		return 0, fmt.Errorf("opening %s to renew its partition table: %w", d.Path, err)
 	}
-	if err := table.Write(rw, disk.Size); err != nil {
+	if err := table.Write(rw, d.Size); err != nil {
 		return 0, fmt.Errorf("renewing the partition table of %s: %w", d.Path, err)
 	}
 	d.Table = table
