@@ -9,8 +9,8 @@ import (
 )
 
 // selfSigned is the certificate a node presents before it has one of a
-// cluster: made at boot, known to nobody, so the owner's client can read
-// such a node only unverified (Client.Unverified).
+// cluster: made when first needed, known to nobody, so the owner's client
+// can read such a node only unverified (Client.Unverified).
 func selfSigned(now time.Time) (*tls.Certificate, error) {
 	ca, err := pki.NewCA("borough node without a cluster", now)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -81,25 +82,16 @@ type Server struct {
 
 // Run serves until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	e, err := s.endpoint()
-	if err != nil {
-		return err
-	}
-	return e.ListenAndServe(ctx, s.Addr, Port)
+	return s.endpoint().ListenAndServe(ctx, s.Addr, Port)
 }
 
 // Serve serves on l until ctx ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	e, err := s.endpoint()
-	if err != nil {
-		return err
-	}
-	return e.Serve(ctx, l)
+	return s.endpoint().Serve(ctx, l)
 }
 
-func (s *Server) endpoint() (httpsserve.Endpoint, error) {
-	config, err := s.tlsConfig()
-	return httpsserve.Endpoint{Name: "node API", Handler: s.Handler(), TLS: config, Log: s.Log}, err
+func (s *Server) endpoint() httpsserve.Endpoint {
+	return httpsserve.Endpoint{Name: "node API", Handler: s.Handler(), TLS: s.tlsConfig(), Log: s.Log}
 }
 
 // errNotOwner refuses a client at the handshake.
@@ -108,11 +100,11 @@ var (
 	errNoOwner  = errors.New("the node knows no owner (yet): its node API accepts nobody")
 )
 
-func (s *Server) tlsConfig() (*tls.Config, error) {
-	fallback, err := selfSigned(time.Now())
-	if err != nil {
-		return nil, err
-	}
+// tlsConfig presents the node's cluster identity, or before it has one a
+// self-signed certificate, made when a client first needs it: most boots
+// never do, and its key costs a boot under emulation some 30 ms.
+func (s *Server) tlsConfig() *tls.Config {
+	fallback := sync.OnceValues(func() (*tls.Certificate, error) { return selfSigned(time.Now()) })
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		ClientAuth: tls.RequireAnyClientCert,
@@ -120,7 +112,7 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 			if cert, err := s.Identity(); err == nil {
 				return cert, nil
 			}
-			return fallback, nil
+			return fallback()
 		},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			owner := s.Owner()
@@ -132,7 +124,7 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 			}
 			return nil
 		},
-	}, nil
+	}
 }
 
 // Handler answers requests on connections whose client Serve's TLS
