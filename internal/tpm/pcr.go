@@ -34,6 +34,8 @@ var capEvent = sha256.Sum256([]byte("Borough: unlock keys released; nothing may 
 // event log does not record the event, so replaying it still predicts the
 // next boot's values.
 func (t *TPM) Cap(pcrs []uint) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if err := checkPCRs(pcrs); err != nil {
 		return fmt.Errorf("capping PCRs: %w", err)
 	}
@@ -55,7 +57,7 @@ func (t *TPM) Cap(pcrs []uint) error {
 // what that means, for an error message.
 func (t *TPM) changed(values map[uint][]byte) string {
 	pcrs := slices.Sorted(maps.Keys(values))
-	current, err := t.PCRs(pcrs)
+	current, err := t.pcrs(pcrs)
 	if err != nil {
 		return "cannot tell which PCR changed: " + err.Error()
 	}
@@ -82,6 +84,12 @@ const numPCRs = 24
 
 // PCRs reads the current SHA-256 values of pcrs.
 func (t *TPM) PCRs(pcrs []uint) (map[uint][]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pcrs(pcrs)
+}
+
+func (t *TPM) pcrs(pcrs []uint) (map[uint][]byte, error) {
 	if err := checkPCRs(pcrs); err != nil {
 		return nil, fmt.Errorf("reading PCRs: %w", err)
 	}

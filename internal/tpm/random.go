@@ -13,6 +13,8 @@ const maxRandomChunk = 64
 
 // Random returns n bytes from the TPM's random number generator.
 func (t *TPM) Random(n int) ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if n < 0 {
 		return nil, fmt.Errorf("reading TPM random: negative count %d", n)
 	}

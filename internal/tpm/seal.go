@@ -18,17 +18,25 @@ const maxSecret = 128
 // Unseal returns it only while those PCRs hold the same values, on this
 // TPM, until the TPM is cleared.
 func (t *TPM) Seal(secret []byte, pcrs []uint) (*Sealed, error) {
-	values, err := t.PCRs(pcrs)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	values, err := t.pcrs(pcrs)
 	if err != nil {
 		return nil, fmt.Errorf("sealing: %w", err)
 	}
-	return t.SealTo(secret, values)
+	return t.sealTo(secret, values)
 }
 
 // SealTo is Seal with given SHA-256 PCR values instead of the current ones,
 // typically values predicted for the next boot (see the package doc). The
 // keys of values are the PCRs sealed to; each value must be 32 bytes.
 func (t *TPM) SealTo(secret []byte, values map[uint][]byte) (*Sealed, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sealTo(secret, values)
+}
+
+func (t *TPM) sealTo(secret []byte, values map[uint][]byte) (*Sealed, error) {
 	s, err := t.seal(secret, values)
 	if err != nil {
 		return nil, fmt.Errorf("sealing: %w", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -307,4 +308,47 @@ func TestSealRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConcurrentUse seals, unseals and reads random numbers and PCRs from
+// several goroutines at once, as the node's services may: the simulator,
+// like the device, takes one command at a time, and has no resource
+// manager, so interleaved sessions would fail or leak handles.
+func TestConcurrentUse(t *testing.T) {
+	tp := newTPM(t, 1)
+	const workers, rounds = 4, 3
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			errs <- func() error {
+				for range rounds {
+					secret := []byte{byte(w), 1, 2, 3}
+					s, err := tp.Seal(secret, DefaultPCRs)
+					if err != nil {
+						return err
+					}
+					got, err := tp.Unseal(s)
+					if err != nil {
+						return err
+					}
+					if !bytes.Equal(got, secret) {
+						return fmt.Errorf("worker %d unsealed %x, want %x", w, got, secret)
+					}
+					if _, err := tp.Random(32); err != nil {
+						return err
+					}
+					if _, err := tp.PCRs(DefaultPCRs); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	checkNoHandles(t, tp)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sync"
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
@@ -25,10 +26,13 @@ var (
 	ErrWrongTPM = errors.New("sealed by another TPM or the TPM was cleared")
 )
 
-// TPM is an open TPM. It is not safe for concurrent use: commands and
-// their sessions must not interleave.
+// TPM is an open TPM. It is safe for concurrent use: each method runs its
+// commands and sessions under one lock, as they must not interleave (the
+// device takes one command at a time, and /dev/tpm0 holds only a few
+// transient objects).
 type TPM struct {
-	t transport.TPMCloser
+	mu sync.Mutex
+	t  transport.TPMCloser
 }
 
 // Open opens the machine's TPM, /dev/tpmrm0 or else /dev/tpm0. It returns
@@ -68,6 +72,8 @@ func New(t transport.TPMCloser) *TPM {
 
 // Close closes the TPM device.
 func (t *TPM) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	return t.t.Close()
 }
 

@@ -14,6 +14,8 @@ import (
 // since), and with one wrapping ErrPolicy, naming the PCRs that changed,
 // when the current values of s.PCRs differ from those sealed to.
 func (t *TPM) Unseal(s *Sealed) ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	secret, err := t.unseal(s)
 	if err != nil {
 		return nil, fmt.Errorf("unsealing: %w", err)
