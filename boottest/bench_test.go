@@ -21,38 +21,45 @@ const bootRuns = 5
 // of bootRuns boots of each, side by side: the firmware and kernel floor
 // (trivialinit, which prints "borough: init started" as its first act),
 // Borough's "init started", and "node running" on a node's first boot
-// and on its restart. The kinds of boot take turns, so that machine load
-// affects them alike. It also reports the median, within each boot, of
-// the time from Borough's "init started" to "node running": on this
-// machine the firmware's part of a boot varies by seconds from one boot
-// to the next, and since init starts at the floor, that in-boot time is
-// the steadier measure of what Borough adds to it.
+// and on its restart. A restart is measured against the floor's second
+// boot in the same VM: the firmware starts a VM whose variables it has
+// written before about 2 s sooner than a new one, and a restart measured
+// against the first-boot floor would be credited with that. The kinds of
+// boot take turns, so that machine load affects them alike. It also
+// reports the median, within each boot, of the time from Borough's "init
+// started" to "node running": on this machine the firmware's part of a
+// boot varies by seconds from one boot to the next, and since init starts
+// at the floor, that in-boot time is the steadier measure of what Borough
+// adds to it.
 func BenchmarkBoot(b *testing.B) {
 	_, cfgFile := bootstrapped(b, "bench")
 	trivial := buildImage(b, trivialInitramfs(b))
-	var floor, init, first, restart, firstOwn, restartOwn []float64
+	var floor, warmFloor, init, first, restart, firstOwn, restartOwn []float64
 	for range bootRuns {
-		floor = append(floor, timeTo(b, qemu.Options{Image: trivial}, false, "borough: init started")[0])
+		floorOpts := qemu.Options{Image: trivial, StateDir: filepath.Join(b.TempDir(), "vm")}
+		floor = append(floor, timeTo(b, floorOpts, false, "borough: init started")[0])
+		warmFloor = append(warmFloor, timeTo(b, floorOpts, false, "borough: init started")[0])
 		opts := qemu.Options{Image: nodeImage(b), StateDir: filepath.Join(b.TempDir(), "vm"), FwCfg: cfgFile, Network: true}
 		t := timeTo(b, opts, true, "borough: init started", running)
 		init, first, firstOwn = append(init, t[0]), append(first, t[1]), append(firstOwn, t[1]-t[0])
 		t = timeTo(b, opts, true, "borough: init started", running)
 		restart, restartOwn = append(restart, t[1]), append(restartOwn, t[1]-t[0])
 	}
-	f := median(floor)
+	f, w := median(floor), median(warmFloor)
 	for _, m := range []struct {
 		unit string
 		xs   []float64
-	}{{"s-floor", floor}, {"s-init", init}, {"s-first-running", first}, {"s-restart-running", restart},
-		{"s-first-init-to-running", firstOwn}, {"s-restart-init-to-running", restartOwn}} {
+	}{{"s-floor", floor}, {"s-floor-second-boot", warmFloor}, {"s-init", init}, {"s-first-running", first},
+		{"s-restart-running", restart}, {"s-first-init-to-running", firstOwn}, {"s-restart-init-to-running", restartOwn}} {
 		b.ReportMetric(median(m.xs), m.unit)
 	}
-	b.Logf("QEMU start to, median of %d boots: floor (trivial init) %.2f s; Borough's init started %.2f s (+%.2f); "+
-		"node running on a first boot %.2f s (+%.2f, target +2.0), on a restart %.2f s (+%.2f, target +1.5)",
-		bootRuns, f, median(init), median(init)-f, median(first), median(first)-f, median(restart), median(restart)-f)
+	b.Logf("QEMU start to, median of %d boots: floor (trivial init) %.2f s, on its VM's second boot %.2f s; "+
+		"Borough's init started %.2f s (+%.2f); node running on a first boot %.2f s (+%.2f, target +2.0), "+
+		"on a restart %.2f s (+%.2f over the second-boot floor, target +1.5)",
+		bootRuns, f, w, median(init), median(init)-f, median(first), median(first)-f, median(restart), median(restart)-w)
 	b.Logf("from init started to node running within a boot, median: first boot %.2f s, restart %.2f s",
 		median(firstOwn), median(restartOwn))
-	b.Logf("all boots: floor %v, init %v, first %v, restart %v", floor, init, first, restart)
+	b.Logf("all boots: floor %v, second-boot floor %v, init %v, first %v, restart %v", floor, warmFloor, init, first, restart)
 }
 
 // BenchmarkMemory finds the smallest memory, in 32 MiB steps down from
