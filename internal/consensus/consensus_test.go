@@ -53,14 +53,18 @@ func TestConsensus(t *testing.T) {
 		t.Error("no cluster or member ID")
 	}
 
-	remote := func(cert *pki.Cert) error {
+	// clientTLS trusts the cluster CA and presents cert, if any.
+	clientTLS := func(cert *pki.Cert) *tls.Config {
 		roots := x509.NewCertPool()
 		roots.AddCert(ca.Cert)
 		cfg := &tls.Config{RootCAs: roots}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{cert.Cert.Raw}, PrivateKey: cert.Key}}
 		}
-		cl, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://127.0.0.9:2379"}, TLS: cfg, DialTimeout: 5 * time.Second})
+		return cfg
+	}
+	remote := func(cert *pki.Cert) error {
+		cl, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://127.0.0.9:2379"}, TLS: clientTLS(cert), DialTimeout: 5 * time.Second})
 		if err != nil {
 			return err
 		}
@@ -85,10 +89,7 @@ func TestConsensus(t *testing.T) {
 
 	// The client port serves etcd's HTTP health check, but not the gRPC
 	// gateway's HTTP/JSON API.
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	web := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{owner.Cert.Raw}, PrivateKey: owner.Key}}}}}
+	web := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(owner)}}
 	for _, req := range []struct {
 		method, path string
 		want         int

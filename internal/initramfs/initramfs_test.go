@@ -8,25 +8,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/u-root/mkuimage/cpio"
+
+	"github.com/borough-os/borough/internal/uki"
 )
 
-// readArchive decompresses and parses an initramfs into name -> record.
+// readArchive decompresses and parses an initramfs into name -> record,
+// as the node reads an update's (uki.InitrdRecords).
 func readArchive(t *testing.T, compressed []byte) map[string]cpio.Record {
 	t.Helper()
-	dec, err := zstd.NewReader(bytes.NewReader(compressed))
+	recs, err := uki.InitrdRecords(compressed)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer dec.Close()
-	raw, err := io.ReadAll(dec)
-	if err != nil {
-		t.Fatalf("decompressing: %v", err)
-	}
-	recs, err := cpio.ReadAllRecords(cpio.Newc.Reader(bytes.NewReader(raw)))
-	if err != nil {
-		t.Fatalf("reading cpio: %v", err)
 	}
 	m := map[string]cpio.Record{}
 	for _, r := range recs {

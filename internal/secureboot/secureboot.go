@@ -119,10 +119,10 @@ func makeKey(dir, name, owner string) error {
 		return err
 	}
 	base := filepath.Join(dir, name)
-	return errors.Join(
-		atomicfile.Write(base+".key", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600),
-		atomicfile.Write(base+".crt", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644),
-		atomicfile.Write(base+".cer", der, 0o644),
+	return atomicfile.WriteAll(
+		atomicfile.File{Path: base + ".key", Data: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), Perm: 0o600},
+		atomicfile.File{Path: base + ".crt", Data: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), Perm: 0o644},
+		atomicfile.File{Path: base + ".cer", Data: der, Perm: 0o644},
 	)
 }
 

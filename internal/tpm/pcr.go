@@ -54,7 +54,7 @@ func (t *TPM) Cap(pcrs []uint) error {
 }
 
 // changed names the PCRs whose current values differ from values, with
-// what that means, for an error message.
+// what that means, for an error message. The caller holds t.mu.
 func (t *TPM) changed(values map[uint][]byte) string {
 	pcrs := slices.Sorted(maps.Keys(values))
 	current, err := t.pcrs(pcrs)
@@ -89,6 +89,7 @@ func (t *TPM) PCRs(pcrs []uint) (map[uint][]byte, error) {
 	return t.pcrs(pcrs)
 }
 
+// pcrs is PCRs for a caller that holds t.mu.
 func (t *TPM) pcrs(pcrs []uint) (map[uint][]byte, error) {
 	if err := checkPCRs(pcrs); err != nil {
 		return nil, fmt.Errorf("reading PCRs: %w", err)

@@ -36,6 +36,7 @@ func (t *TPM) SealTo(secret []byte, values map[uint][]byte) (*Sealed, error) {
 	return t.sealTo(secret, values)
 }
 
+// sealTo is SealTo for a caller that holds t.mu.
 func (t *TPM) sealTo(secret []byte, values map[uint][]byte) (*Sealed, error) {
 	s, err := t.seal(secret, values)
 	if err != nil {
