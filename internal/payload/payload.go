@@ -19,7 +19,6 @@ package payload
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -97,28 +96,37 @@ func Unmount() error {
 // reads the node binary before it starts it because a Go binary's start
 // touches pages all over it: under TCG the page faults read the binary's
 // blocks in their order of use 0.4 s slower than one pass in file order.
+// The file goes to /dev/null with sendfile, which reads it into the page
+// cache without copying it to init: a read(2) loop spent a tenth of
+// init's time from "init started" to the node's start copying 27 MB.
 func Prefetch(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	buf := make([]byte, prefetchBuffer)
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
 	for {
-		_, err := f.Read(buf)
+		n, err := unix.Sendfile(int(null.Fd()), int(f.Fd()), nil, prefetchChunk)
 		switch {
-		case errors.Is(err, io.EOF):
-			return nil
+		case errors.Is(err, unix.EINTR):
 		case errors.Is(err, unix.EIO):
-			return fmt.Errorf("%w: a block of it does not match the measured root hash, or the disk could not read it", err)
+			return fmt.Errorf("%w: a block of it does not match the measured root hash, or the disk could not read it",
+				&os.PathError{Op: "read", Path: path, Err: err})
 		case err != nil:
-			return err
+			return &os.PathError{Op: "sendfile", Path: path, Err: err}
+		case n == 0:
+			return nil
 		}
 	}
 }
 
-// prefetchBuffer is Prefetch's read size: a few squashfs blocks.
-const prefetchBuffer = 1 << 20
+// prefetchChunk is the most Prefetch asks one sendfile for.
+const prefetchChunk = 1 << 30
 
 // attachLoop attaches file, read-only, to a free loop device and returns
 // it open. The device goes once the last that has it open closes it.
