@@ -166,25 +166,35 @@ func (o *Options) defaults() error {
 // write to each 2 MiB of its RAM makes the host zero all 2 MiB, however
 // little of it the guest uses. Measured on the 2-core TCG machines Borough
 // is tested on (hosts that are VMs themselves), that zeroing was 29% of
-// the host's CPU time over a node's boot. A memfd the host fills in 4 KiB
+// the host's CPU time over a node's boot. The host fills a memfd in 4 KiB
 // pages as the guest touches them (shmem gets no huge pages unless the
-// host asks for them): in three restarts of each, taken in turns, a node
-// reached "node running" from "init started" in 4.0-4.5 s instead of
-// 4.8-5.3 s. Under KVM the huge pages pay
-// for themselves in the guest's own TLB, so KVM keeps the default.
+// host asks for them). In four restarts of each, taken in turns, a node
+// reached "node running" 0.7-2.5 s sooner from QEMU's start, most of it
+// in the firmware, and 0.3 s sooner (median) from "init started". Under
+// KVM the huge pages pay for themselves in the guest's own TLB, so KVM
+// keeps the default.
 const tcgRAM = "ram"
 
 // tcgCPU is the CPU of a VM under TCG: QEMU's "max" with an invariant
-// TSC, as any x86 machine Borough runs on has (a TPM 2.0 and UEFI make
-// it 2013 or later). Without it Linux keeps checking the TSC against
-// the emulated HPET (its clocksource watchdog), and each HPET read is an
-// exit to QEMU: sampling the guest's instruction pointer through QEMU's
-// gdbstub over a restart put 7% of the samples from "init started" to
-// "node running" in read_hpet, and none with the invariant TSC. Linux
-// then trusts the TSC, as it does on real hardware with an invariant TSC
-// and TSC_ADJUST. Under KVM the CPU is the host's and the guest's clock
-// is kvm-clock.
-const tcgCPU = "max,+invtsc"
+// TSC and without ERMS and FSRM (fast REP MOVSB/STOSB). Both are measured
+// costs of emulation, not of Borough:
+//   - Without an invariant TSC, as any x86 machine Borough runs on has (a
+//     TPM 2.0 and UEFI make it 2013 or later), Linux keeps checking the
+//     TSC against the emulated HPET (its clocksource watchdog), and each
+//     HPET read is an exit to QEMU. Sampling the guest's instruction
+//     pointer through QEMU's gdbstub over a restart put 7% of the samples
+//     from "init started" to "node running" in read_hpet, and none with
+//     the invariant TSC. Linux then trusts the TSC, as it does on real
+//     hardware with an invariant TSC and TSC_ADJUST.
+//   - With ERMS, Linux copies and clears memory (memcpy, clear_page,
+//     copies to user space) with REP MOVSB/STOSB, which TCG runs a byte
+//     at a time: under qemu-x86_64 REP MOVSB moved 64 MiB in 179 ms and
+//     REP MOVSQ in 25 ms (REP STOSB 148 ms, STOSQ 18 ms). Without it
+//     Linux uses the quadword forms. In the samples of the node's run,
+//     clear_page went from 66 to 12 of some 800.
+//
+// Under KVM the CPU is the host's and the guest's clock is kvm-clock.
+const tcgCPU = "max,+invtsc,-erms,-fsrm"
 
 // args returns QEMU's command line for o, with accel "tcg" or "kvm".
 func (o *Options) args(accel string) ([]string, error) {

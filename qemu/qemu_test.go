@@ -60,7 +60,7 @@ func TestTCGMachine(t *testing.T) {
 		cpu     string
 		memfd   bool
 	}{
-		{"tcg", "q35,memory-backend=ram", "max,+invtsc", true},
+		{"tcg", "q35,memory-backend=ram", "max,+invtsc,-erms,-fsrm", true},
 		{"kvm", "q35", "max", false},
 	} {
 		args, err := o.args(tc.accel)
