@@ -42,7 +42,7 @@ case "$gover" in go1.2[6-9]* | go1.[3-9]* | go2*) ;; *) die "Go $gover is too ol
 
 mkdir -p "$out/bin"
 say "kernel"
-kernel/build.sh "$out/vmlinuz"
+kernel/build.sh "$out/vmlinuz" "$out/System.map"
 
 say "node"
 CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$out/node" ./node

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# kernel/build.sh OUT: builds Borough's kernel (a bzImage with the EFI stub)
-# from Debian's linux-source-6.1 package and kernel/borough.config, and
-# copies it to OUT.
+# kernel/build.sh OUT [MAP]: builds Borough's kernel (a bzImage with the EFI
+# stub) from Debian's linux-source-6.1 package and kernel/borough.config, and
+# copies it to OUT, and its System.map to MAP if given (for guestprof, which
+# names the kernel functions a VM's samples fall in).
 #
 # Builds are cached outside the repository, in
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/borough/kernel/<key>/
@@ -18,7 +19,8 @@ set -euo pipefail
 abi=1
 pkg=linux-source-6.1
 
-out=${1:?usage: kernel/build.sh OUT}
+out=${1:?usage: kernel/build.sh OUT [MAP]}
+map=${2:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 fragment=$here/borough.config
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/borough/kernel
@@ -40,9 +42,20 @@ mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
 
+# copy_map copies the entry's System.map to MAP: beside bzImage, or in the
+# object tree for entries built before it was kept there.
+copy_map() {
+	[ -n "$map" ] || return 0
+	for f in "$entry/System.map" "$entry/build/System.map"; do
+		if [ -f "$f" ]; then cp "$f" "$map"; return 0; fi
+	done
+	die "cache entry $key has no System.map"
+}
+
 if [ -f "$entry/bzImage" ]; then
 	log "cache hit $key ($pkg $version)"
 	cp "$entry/bzImage" "$out"
+	copy_map
 	exit 0
 fi
 log "cache miss $key: building $pkg $version (about 10 minutes on 2 cores)"
@@ -92,7 +105,9 @@ if ! wait "$pid"; then
 	tail -n 30 "$entry/build.log" >&2
 	die "compilation failed; see $entry/build.log"
 fi
+cp "$obj/System.map" "$entry/System.map"
 cp "$obj/arch/x86/boot/bzImage" "$entry/bzImage.tmp"
 mv "$entry/bzImage.tmp" "$entry/bzImage"
 log "built $key in $((SECONDS - start)) s ($(stat -c %s "$entry/bzImage") bytes)"
 cp "$entry/bzImage" "$out"
+copy_map

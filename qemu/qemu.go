@@ -131,6 +131,9 @@ type Options struct {
 	Interactive bool
 	// Logf, if set, receives progress messages.
 	Logf func(format string, args ...any)
+	// GDB, if set, is a unix socket on which QEMU's gdbstub listens, for
+	// guestprof.Record. The VM does not wait for it.
+	GDB string
 }
 
 func (o *Options) defaults() error {
@@ -218,6 +221,9 @@ func (o *Options) args(accel string) ([]string, error) {
 	}
 	if accel == "tcg" {
 		args = append(args, "-object", fmt.Sprintf("memory-backend-memfd,id=%s,size=%dM", tcgRAM, o.MemoryMiB))
+	}
+	if o.GDB != "" {
+		args = append(args, "-gdb", "unix:"+optValue(o.GDB)+",server=on,wait=off")
 	}
 	if o.SecureBoot {
 		args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")

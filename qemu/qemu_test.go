@@ -13,7 +13,7 @@ import (
 // gets a clear refusal.
 func TestCommaPaths(t *testing.T) {
 	dir := t.TempDir() + "/a,b"
-	o := Options{Image: dir + "/disk.img", StateDir: dir, FwCfg: dir + "/config.pb", Network: true}
+	o := Options{Image: dir + "/disk.img", StateDir: dir, FwCfg: dir + "/config.pb", Network: true, GDB: dir + "/gdb.sock"}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +32,7 @@ func TestCommaPaths(t *testing.T) {
 	for _, want := range []string{
 		"if=none,id=disk0,format=raw,file=" + strings.ReplaceAll(o.Image, ",", ",,"),
 		"name=opt/borough/enrolment,file=" + strings.ReplaceAll(o.FwCfg, ",", ",,"),
+		"unix:" + strings.ReplaceAll(o.GDB, ",", ",,") + ",server=on,wait=off",
 	} {
 		if !slices.Contains(args, want) {
 			t.Errorf("QEMU's arguments lack %q:\n%q", want, args)

@@ -25,6 +25,7 @@ type qemuFlags struct {
 	forwards []string
 	until    string
 	timeout  time.Duration
+	profile  profileFlags
 }
 
 func qemuCommand() *cobra.Command {
@@ -44,7 +45,14 @@ while the VM runs, then powers the VM off and exits with COMMAND's status
 (0 without one). For example:
 
   borough qemu out/borough.img --fw-cfg demo.pb --forward 2379:2379 \
-      --until "node running" --timeout 3m -- etcdctl endpoint health`,
+      --until "node running" --timeout 3m -- etcdctl endpoint health
+
+With --until and --profile, it samples where the virtual CPU is until the
+line comes and writes a report by kernel and Go function (see
+qemu/guestprof), with symbols from --symbols: for example
+
+  borough qemu out/borough.img --fw-cfg demo.pb --net \
+      --until "node running" --profile boot-profile.txt`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			command, err := splitCommand(cmd, args, f.until)
@@ -53,6 +61,9 @@ while the VM runs, then powers the VM off and exits with COMMAND's status
 			}
 			if f.until != "" {
 				return runUntil(cmd, args[0], f, command)
+			}
+			if f.profile.report != "" {
+				return errors.New("--profile samples a boot until its --until line: give --until")
 			}
 			return runQEMU(cmd, args[0], f)
 		},
@@ -67,6 +78,7 @@ while the VM runs, then powers the VM off and exits with COMMAND's status
 	c.Flags().StringSliceVar(&f.forwards, "forward", nil, "forward HOSTPORT:GUESTPORT from 127.0.0.1 (repeatable)")
 	c.Flags().StringVar(&f.until, "until", "", "run headless and wait for a console line containing this (for CI)")
 	c.Flags().DurationVar(&f.timeout, "timeout", 2*time.Minute, "with --until: how long to wait for the line")
+	f.profile.register(c)
 	c.AddCommand(qemuClusterCommand())
 	return c
 }
@@ -95,6 +107,10 @@ func runUntil(cmd *cobra.Command, image string, f qemuFlags, command []string) e
 		return err
 	}
 	opts.Console = cmd.OutOrStdout()
+	prof, err := f.profile.prepare(image, &opts)
+	if err != nil {
+		return err
+	}
 	vm, err := qemu.Start(context.Background(), opts)
 	if err != nil {
 		return err
@@ -103,7 +119,9 @@ func runUntil(cmd *cobra.Command, image string, f qemuFlags, command []string) e
 	halt := func() { once.Do(func() { stopVM(cmd, vm) }) }
 	defer halt()
 	defer stopOnSignal(cmd, halt)()
-	if _, err := vm.WaitFor(f.until, f.timeout); err != nil {
+	record := prof.start()
+	_, err = vm.WaitFor(f.until, f.timeout)
+	if err := errors.Join(err, record()); err != nil {
 		return err
 	}
 	if len(command) == 0 {

@@ -23,6 +23,9 @@ func TestQEMUArgs(t *testing.T) {
 		{"a command without --until", []string{"qemu", "a.img", "--", "true"}, "give --until"},
 		{"-- and no command", []string{"qemu", "a.img", "--until", "node running", "--"}, "nothing after --"},
 		{"a bad forward", []string{"qemu", "a.img", "--until", "x", "--forward", "2379"}, `--forward "2379": want HOSTPORT:GUESTPORT`},
+		{"--profile without --until", []string{"qemu", "a.img", "--profile", "p.txt"}, "give --until"},
+		{"--profile without symbols", []string{"qemu", "a.img", "--until", "x", "--profile", "p.txt", "--symbols", "/nonexistent"},
+			"--profile needs the kernel's System.map"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
