@@ -9,9 +9,14 @@
 // reads only what the node touches and integrity still covers all of it.
 //
 // The format is dm-verity's version 1 as veritysetup writes it with
-// --no-superblock: SHA-256 of the salt followed by the block, 4 KiB data
-// and hash blocks, the tree appended to the data with its top level
-// first. It is written here because no Go module of it is served here
+// --no-superblock --hash sha512: SHA-512 of the salt followed by the
+// block, 4 KiB data and hash blocks, the tree appended to the data with
+// its top level first. SHA-512 rather than veritysetup's default SHA-256
+// because the kernel hashes every block the boot reads, and on 64-bit
+// CPUs SHA-512 does a byte in fewer operations: under TCG, where hashing
+// was a quarter of init's time up to the node's start, OpenSSL's scalar
+// SHA-512 ran 1.55 times as fast as its SHA-256 (89 MB/s against 57 MB/s
+// under qemu-x86_64; the kernel's generic C is of the same shape). It is written here because no Go module of it is served here
 // (Monogon's is inside its monorepo); TestVeritysetup checks it, byte for
 // byte, against veritysetup of cryptsetup.
 package verity
@@ -19,6 +24,7 @@ package verity
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -28,8 +34,8 @@ import (
 // BlockSize is the size of data and hash blocks.
 const BlockSize = 4096
 
-// digestsPerBlock is how many SHA-256 digests one hash block holds.
-const digestsPerBlock = BlockSize / sha256.Size
+// Algorithm is the kernel's name of the tree's hash.
+const Algorithm = "sha512"
 
 // Descriptor is what checks an image: its root hash, salt and size.
 type Descriptor struct {
@@ -71,9 +77,9 @@ func BuildSalted(data, salt []byte) ([]byte, Descriptor) {
 
 // hashBlocks is the concatenated digests of b's blocks.
 func hashBlocks(b, salt []byte) []byte {
-	out := make([]byte, 0, len(b)/BlockSize*sha256.Size)
+	out := make([]byte, 0, len(b)/BlockSize*sha512.Size)
 	for off := 0; off < len(b); off += BlockSize {
-		h := sha256.New()
+		h := sha512.New()
 		h.Write(salt)
 		h.Write(b[off : off+BlockSize])
 		out = h.Sum(out)
@@ -93,8 +99,8 @@ func (d Descriptor) Sectors() uint64 { return d.DataBlocks * BlockSize / 512 }
 // Params are the parameters of the device-mapper verity target that
 // checks the image on dev, data and tree on the one device.
 func (d Descriptor) Params(dev string) string {
-	return fmt.Sprintf("1 %s %s %d %d %d %d sha256 %x %x",
-		dev, dev, BlockSize, BlockSize, d.DataBlocks, d.DataBlocks, d.Root, d.Salt)
+	return fmt.Sprintf("1 %s %s %d %d %d %d %s %x %x",
+		dev, dev, BlockSize, BlockSize, d.DataBlocks, d.DataBlocks, Algorithm, d.Root, d.Salt)
 }
 
 // String is the descriptor as Parse reads it: root hash, salt and data
@@ -110,8 +116,8 @@ func Parse(s string) (Descriptor, error) {
 		return Descriptor{}, fmt.Errorf("verity descriptor %q: want root hash, salt and data blocks", s)
 	}
 	root, err := hex.DecodeString(f[0])
-	if err != nil || len(root) != sha256.Size {
-		return Descriptor{}, fmt.Errorf("verity descriptor %q: the root hash is not %d bytes of hex", s, sha256.Size)
+	if err != nil || len(root) != sha512.Size {
+		return Descriptor{}, fmt.Errorf("verity descriptor %q: the root hash is not %d bytes of hex", s, sha512.Size)
 	}
 	salt, err := hex.DecodeString(f[1])
 	if err != nil || len(salt) == 0 {

@@ -32,7 +32,7 @@ func TestVeritysetup(t *testing.T) {
 		if err := os.WriteFile(dataFile, image[:d.DataBlocks*BlockSize], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(tool, "format", "--no-superblock", "--salt", hex.EncodeToString(salt),
+		out, err := exec.Command(tool, "format", "--no-superblock", "--hash", Algorithm, "--salt", hex.EncodeToString(salt),
 			"--data-block-size", "4096", "--hash-block-size", "4096", dataFile, hashFile).CombinedOutput()
 		if err != nil {
 			t.Fatalf("veritysetup format: %v\n%s", err, out)
@@ -72,14 +72,14 @@ func TestDescriptor(t *testing.T) {
 	if err != nil || got.String() != d.String() {
 		t.Fatalf("Parse(%q) = %v, %v", d, got, err)
 	}
-	if p := d.Params("/dev/loop0"); p != "1 /dev/loop0 /dev/loop0 4096 4096 3 3 sha256 "+hex.EncodeToString(d.Root)+" "+hex.EncodeToString(d.Salt) {
+	if p := d.Params("/dev/loop0"); p != "1 /dev/loop0 /dev/loop0 4096 4096 3 3 sha512 "+hex.EncodeToString(d.Root)+" "+hex.EncodeToString(d.Salt) {
 		t.Errorf("Params = %q", p)
 	}
 	root := hex.EncodeToString(d.Root)
 	for _, tc := range []struct{ in, err string }{
 		{"", "want root hash, salt and data blocks"},
-		{"zz 00 1", "root hash is not 32 bytes"},
-		{root[:10] + " 00 1", "root hash is not 32 bytes"},
+		{"zz 00 1", "root hash is not 64 bytes"},
+		{root[:10] + " 00 1", "root hash is not 64 bytes"},
 		{root + " xy 1", "salt is not hex"},
 		{root + " 00 0", "data blocks is not a positive number"},
 		{root + " 00 -3", "data blocks is not a positive number"},
