@@ -42,14 +42,9 @@ mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
 
-# copy_map copies the entry's System.map to MAP: beside bzImage, or in the
-# object tree for entries built before it was kept there.
+# copy_map copies System.map, from the entry's object tree, to MAP.
 copy_map() {
-	[ -n "$map" ] || return 0
-	for f in "$entry/System.map" "$entry/build/System.map"; do
-		if [ -f "$f" ]; then cp "$f" "$map"; return 0; fi
-	done
-	die "cache entry $key has no System.map"
+	[ -z "$map" ] || cp "$entry/build/System.map" "$map"
 }
 
 if [ -f "$entry/bzImage" ]; then
@@ -105,7 +100,6 @@ if ! wait "$pid"; then
 	tail -n 30 "$entry/build.log" >&2
 	die "compilation failed; see $entry/build.log"
 fi
-cp "$obj/System.map" "$entry/System.map"
 cp "$obj/arch/x86/boot/bzImage" "$entry/bzImage.tmp"
 mv "$entry/bzImage.tmp" "$entry/bzImage"
 log "built $key in $((SECONDS - start)) s ($(stat -c %s "$entry/bzImage") bytes)"

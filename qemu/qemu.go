@@ -206,22 +206,20 @@ func (o *Options) args(accel string) ([]string, error) {
 	if o.SecureBoot {
 		machine, code = "q35,smm=on", ovmfSecureBootCode
 	}
-	cpu := "max"
+	cpu, ram := "max", []string(nil)
 	if accel == "tcg" {
 		machine += ",memory-backend=" + tcgRAM
 		cpu = tcgCPU
+		ram = []string{"-object", fmt.Sprintf("memory-backend-memfd,id=%s,size=%dM", tcgRAM, o.MemoryMiB)}
 	}
-	args := []string{
+	args := append([]string{
 		"-machine", machine, "-accel", accel, "-cpu", cpu,
 		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
 		"-nodefaults", "-display", "none", "-no-user-config",
 		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + optValue(code),
 		"-drive", "if=pflash,format=raw,unit=1,file=" + optValue(vars),
 		"-drive", "if=none,id=disk0,format=raw,file=" + optValue(o.Image),
-	}
-	if accel == "tcg" {
-		args = append(args, "-object", fmt.Sprintf("memory-backend-memfd,id=%s,size=%dM", tcgRAM, o.MemoryMiB))
-	}
+	}, ram...)
 	if o.GDB != "" {
 		args = append(args, "-gdb", "unix:"+optValue(o.GDB)+",server=on,wait=off")
 	}

@@ -17,13 +17,15 @@ import (
 // profileFlags are borough qemu's --profile and --symbols.
 type profileFlags struct {
 	report, symbols string
-	interval        time.Duration
 }
+
+// sampleInterval is the time between samples: a boot to "node running"
+// under TCG gives a few thousand.
+const sampleInterval = 3 * time.Millisecond
 
 func (p *profileFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&p.report, "profile", "", "with --until: sample the virtual CPU until the line and write a report to this file")
 	c.Flags().StringVar(&p.symbols, "symbols", "", "with --profile: directory with System.map, init and node (default the image's)")
-	c.Flags().DurationVar(&p.interval, "profile-interval", 3*time.Millisecond, "with --profile: time between samples")
 }
 
 // profiler records a boot's samples and writes their report.
@@ -76,7 +78,7 @@ func (p *profiler) start() (stop func() error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := guestprof.Record(ctx, p.socket, p.flags.interval)
+		s, err := guestprof.Record(ctx, p.socket, sampleInterval)
 		done <- result{s, err}
 	}()
 	return func() error {

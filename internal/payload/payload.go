@@ -113,7 +113,6 @@ func Prefetch(path string) error {
 	for {
 		n, err := unix.Sendfile(int(null.Fd()), int(f.Fd()), nil, prefetchChunk)
 		switch {
-		case errors.Is(err, unix.EINTR):
 		case errors.Is(err, unix.EIO):
 			return fmt.Errorf("%w: a block of it does not match the measured root hash, or the disk could not read it",
 				&os.PathError{Op: "read", Path: path, Err: err})

@@ -16,9 +16,11 @@
 // CPUs SHA-512 does a byte in fewer operations: under TCG, where hashing
 // was a quarter of init's time up to the node's start, OpenSSL's scalar
 // SHA-512 ran 1.55 times as fast as its SHA-256 (89 MB/s against 57 MB/s
-// under qemu-x86_64; the kernel's generic C is of the same shape). It is written here because no Go module of it is served here
-// (Monogon's is inside its monorepo); TestVeritysetup checks it, byte for
-// byte, against veritysetup of cryptsetup.
+// under qemu-x86_64; the kernel's generic C is of the same shape).
+//
+// It is written here because no Go module of it is served here (Monogon's
+// is inside its monorepo); TestVeritysetup checks it, byte for byte,
+// against veritysetup of cryptsetup.
 package verity
 
 import (

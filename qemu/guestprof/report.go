@@ -141,6 +141,7 @@ type Process struct {
 	Name    string
 	CR3     uint64
 	Samples []Sample
+	symbols *GoSymbols
 }
 
 // Report is where the samples fell.
@@ -154,7 +155,6 @@ type Report struct {
 	Processes []Process
 	kernel    *KernelSymbols
 	offset    uint64
-	binaries  map[string]*GoSymbols
 }
 
 // Binary is a Go process's name and its binary's symbols.
@@ -172,7 +172,7 @@ func Analyze(samples []Sample, kernel *KernelSymbols, binaries []Binary) (*Repor
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{kernel: kernel, offset: off, binaries: map[string]*GoSymbols{}}
+	r := &Report{kernel: kernel, offset: off}
 	first := slices.IndexFunc(samples, func(s Sample) bool { return s.RIP >= kernelBase })
 	r.Firmware = first
 	cur := -1
@@ -181,8 +181,7 @@ func Analyze(samples []Sample, kernel *KernelSymbols, binaries []Binary) (*Repor
 			i := slices.IndexFunc(r.Processes, func(p Process) bool { return p.CR3 == s.CR3 })
 			if i < 0 && len(r.Processes) < len(binaries) {
 				b := binaries[len(r.Processes)]
-				r.binaries[b.Name] = b.Symbols
-				r.Processes = append(r.Processes, Process{Name: b.Name, CR3: s.CR3})
+				r.Processes = append(r.Processes, Process{Name: b.Name, CR3: s.CR3, symbols: b.Symbols})
 				i = len(r.Processes) - 1
 			}
 			if i >= 0 {
@@ -210,7 +209,7 @@ func (r *Report) Write(w io.Writer, top int) error {
 	fmt.Fprintf(bw, "kernel offset %#x; %d samples in the firmware\n", r.offset, r.Firmware)
 	r.writeSpan(bw, "kernel boot, until the first process", r.Boot, nil, top)
 	for _, p := range r.Processes {
-		r.writeSpan(bw, fmt.Sprintf("%s (cr3 %#x)", p.Name, p.CR3), p.Samples, r.binaries[p.Name], top)
+		r.writeSpan(bw, fmt.Sprintf("%s (cr3 %#x)", p.Name, p.CR3), p.Samples, p.symbols, top)
 	}
 	return bw.Flush()
 }
