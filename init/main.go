@@ -10,8 +10,9 @@
 // measured boot binary names: init mounts the payload through dm-verity,
 // which checks each block as it is read, links its files into the root
 // filesystem and runs the node (internal/payload). From there on it runs
-// internal/pid1: it starts the node process and reaps orphans until the
-// node process ends, then powers off or reboots.
+// internal/pid1: it starts the node process (with its collector off
+// until the node runs: internal/bootgc) and reaps orphans until the node
+// process ends, then powers off or reboots.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/borough-os/borough/internal/bootgc"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/pid1"
 	"github.com/borough-os/borough/internal/pseudofs"
@@ -48,5 +50,5 @@ func main() {
 	if err := tl.Save(timeline.File); err != nil {
 		log.Warn("saving the boot timeline for the node", "err", err)
 	}
-	pid1.Run([]string{node, "node"}, releaseNode)
+	pid1.Run([]string{node, "node"}, bootgc.Env(os.Environ()), releaseNode)
 }

@@ -1,10 +1,11 @@
 // Command node is the Borough node process.
 //
 // Process 1 (init/) starts it from a verified copy of the ESP's node
-// binary, once the pseudo-filesystems are mounted. It opens every console
-// for the log, which it also keeps in a log tree for the owner's node API
-// (and, once the data volume is mounted, in a journal of the last boots);
-// reads the kernel command line once; mounts the ESP and the encrypted
+// binary, once the pseudo-filesystems are mounted, with the garbage
+// collector off until the node runs (internal/bootgc). It opens every
+// console for the log, which it also keeps in a log tree for the owner's
+// node API (and, once the data volume is mounted, in a journal of the last
+// boots); reads the kernel command line once; mounts the ESP and the encrypted
 // data volume (internal/storage); reads the enrolment config; brings up
 // the network; and runs the node's services, the cluster manager among
 // them, under a supervisor until a service fails fatally or a power-off
@@ -26,6 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/borough-os/borough/internal/bootgc"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/efivar"
@@ -76,6 +78,10 @@ func node() int {
 		log.Warn("the boot timeline will have the node's phases only", "err", err)
 	}
 	tl.Mark(timeline.Node)
+	go func() {
+		<-tl.Reached(timeline.Running)
+		bootgc.Lift()
+	}()
 	logSecureBoot(log)
 	hw := reportHardware(log)
 	st, err := storage.Open(log.With(console.ServiceKey, "storage"))

@@ -51,10 +51,11 @@ const FatalDelay = 5 * time.Second
 // shutdown.
 const killGrace = 3 * time.Second
 
-// Run starts argv as the node process and never returns. It must be called
-// by process 1, before it starts any other process. Once the node has
-// ended, release undoes what it ran from, before the machine stops.
-func Run(argv []string, release func() error) {
+// Run starts argv as the node process, with the environment env, and never
+// returns. It must be called by process 1, before it starts any other
+// process. Once the node has ended, release undoes what it ran from, before
+// the machine stops.
+func Run(argv, env []string, release func() error) {
 	log := slog.New(console.NewHandler(os.Stderr))
 	// With Ctrl-Alt-Del disabled the kernel sends SIGINT to process 1
 	// instead of rebooting on the spot; the node then reboots cleanly.
@@ -65,7 +66,7 @@ func Run(argv []string, release func() error) {
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
 
 	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
+		Env:   env,
 		Files: []uintptr{0, 1, 2},
 	})
 	if err != nil {

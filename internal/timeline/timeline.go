@@ -56,6 +56,9 @@ type Timeline struct {
 	mu    sync.Mutex
 	marks []Mark
 	now   func() time.Duration
+	// reached holds a channel per phase that Reached was asked for,
+	// closed by its Mark.
+	reached map[string]chan struct{}
 }
 
 // New returns an empty timeline on the kernel's clock.
@@ -75,6 +78,32 @@ func (t *Timeline) Mark(phase string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.marks = append(t.marks, Mark{Phase: phase, At: t.now()})
+	if c, ok := t.reached[phase]; ok {
+		close(c)
+		delete(t.reached, phase)
+	}
+}
+
+// Reached returns a channel that is closed once phase is marked, at once
+// if it already is.
+func (t *Timeline) Reached(phase string) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := make(chan struct{})
+	for _, m := range t.marks {
+		if m.Phase == phase {
+			close(c)
+			return c
+		}
+	}
+	if prev, ok := t.reached[phase]; ok {
+		return prev
+	}
+	if t.reached == nil {
+		t.reached = map[string]chan struct{}{}
+	}
+	t.reached[phase] = c
+	return c
 }
 
 // Marks returns the marks so far.

@@ -69,3 +69,39 @@ func TestLoadBad(t *testing.T) {
 		})
 	}
 }
+
+func TestReached(t *testing.T) {
+	closed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		before []string // marked before Reached is asked
+		after  []string // marked after
+		want   bool
+	}{
+		{"not yet", []string{Init, Node}, nil, false},
+		{"already", []string{Init, Running}, nil, true},
+		{"later", []string{Init}, []string{Storage, Running}, true},
+		{"other phases only", nil, []string{Storage, EtcdReady}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := New()
+			for _, p := range tc.before {
+				tl.Mark(p)
+			}
+			first, second := tl.Reached(Running), tl.Reached(Running)
+			for _, p := range tc.after {
+				tl.Mark(p)
+			}
+			if closed(first) != tc.want || closed(second) != tc.want {
+				t.Errorf("Reached(%s) closed = %v, %v; want %v", Running, closed(first), closed(second), tc.want)
+			}
+		})
+	}
+}
