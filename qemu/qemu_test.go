@@ -79,3 +79,48 @@ func TestTCGMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestVars: a VM gets the variable store of its firmware build, and a
+// state directory whose store was made for the other build is refused by
+// name, not handed to QEMU (which fails on the size) or overwritten.
+func TestVars(t *testing.T) {
+	small, err := os.ReadFile(ovmfVars)
+	if err != nil {
+		t.Fatalf("the launcher needs Debian's ovmf: %v", err)
+	}
+	large, err := os.ReadFile(ovmfSecureBootVars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		secureBoot bool
+		have       []byte // the state directory's store before, nil for none
+		want       []byte // after
+		wantErr    string
+	}{
+		{"new VM", false, nil, small, ""},
+		{"new Secure Boot VM", true, nil, large, ""},
+		{"kept", false, append([]byte(nil), small...), small, ""},
+		{"made for Secure Boot", false, large, large, "made for other firmware"},
+		{"made without Secure Boot", true, small, small, "made for other firmware"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{StateDir: t.TempDir(), SecureBoot: tc.secureBoot}
+			path := o.StateDir + "/OVMF_VARS.fd"
+			if tc.have != nil {
+				if err := os.WriteFile(path, tc.have, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := o.prepareVars()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), path)) {
+				t.Fatalf("prepareVars = %v, want an error containing %q and the path", err, tc.wantErr)
+			}
+			got, err := os.ReadFile(path)
+			if err != nil || len(got) != len(tc.want) {
+				t.Errorf("the store holds %d bytes (%v), want %d", len(got), err, len(tc.want))
+			}
+		})
+	}
+}
