@@ -38,24 +38,14 @@ const (
 	DiskAHCI   Disk = "ahci"
 )
 
-// Firmware from Debian's ovmf package: the code is read-only, the
-// variables are copied per VM from an empty template (no Secure Boot keys,
-// so the Secure Boot firmware starts in setup mode).
-//
-// A VM without Secure Boot runs the 2 MB build, not the 4 MB one Debian
-// recommends for new VMs: both are the same release with a TPM 2.0 and
-// everything a Borough boot uses, but under TCG the 4 MB build reached
-// "init started" some 1.4 s later without a TPM and 5.7 s later with one
-// (medians 7.8 and 13.7 s, against 6.4 and 8.0 s): it spends them hashing
-// in its 32-bit PEI phase, whatever PCR banks the TPM has active. Secure
-// Boot keeps the 4 MB build: its larger variable store holds the owner's
-// keys with room to spare. A VM keeps the build its variable store was
-// made for (Options.SecureBoot must not change for a state directory).
+// Firmware from Debian's ovmf package. The 4M builds are the ones Debian
+// maintains; the code is read-only, the variables are copied per VM.
+// The variable store template is empty: no Secure Boot keys, so the
+// Secure Boot firmware starts in setup mode.
 const (
-	ovmfCode           = "/usr/share/OVMF/OVMF_CODE.fd"
-	ovmfVars           = "/usr/share/OVMF/OVMF_VARS.fd"
+	ovmfCode           = "/usr/share/OVMF/OVMF_CODE_4M.fd"
 	ovmfSecureBootCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
-	ovmfSecureBootVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	ovmfVars           = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 )
 
 // Forward forwards a TCP port on the host's loopback to a guest port.
@@ -349,30 +339,17 @@ func optValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 func (o *Options) monitorPath() string { return filepath.Join(o.StateDir, "monitor.sock") }
 func (o *Options) swtpmSocket() string { return filepath.Join(o.StateDir, "swtpm.sock") }
 
-// prepareVars gives the VM its own copy of OVMF's variable store, once,
-// and checks that a copy it has is one for its firmware.
+// prepareVars gives the VM its own copy of OVMF's variable store, once.
 func (o *Options) prepareVars() error {
-	template := ovmfVars
-	if o.SecureBoot {
-		template = ovmfSecureBootVars
+	dst := filepath.Join(o.StateDir, "OVMF_VARS.fd")
+	if _, err := os.Stat(dst); err == nil {
+		return nil
 	}
-	b, err := os.ReadFile(template)
+	b, err := os.ReadFile(ovmfVars)
 	if err != nil {
 		return fmt.Errorf("qemu: reading OVMF variables (apt-get install ovmf): %w", err)
 	}
-	dst := filepath.Join(o.StateDir, "OVMF_VARS.fd")
-	have, err := os.Stat(dst)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return os.WriteFile(dst, b, 0o644)
-	case err != nil:
-		return fmt.Errorf("qemu: the VM's firmware variables: %w", err)
-	case have.Size() != int64(len(b)):
-		return fmt.Errorf("qemu: %s holds %d bytes, not the %d of %s's variable store: it was made for other firmware "+
-			"(with Secure Boot on or off, or by a launcher older than the switch to the 2 MB build); "+
-			"delete it to start this VM's firmware settings afresh", dst, have.Size(), len(b), template)
-	}
-	return nil
+	return os.WriteFile(dst, b, 0o644)
 }
 
 // startSwtpm starts the VM's TPM and waits for its socket.
