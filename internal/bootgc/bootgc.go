@@ -16,7 +16,7 @@
 // The runtime reads GOGC and GOMEMLIMIT from the environment before any
 // package init runs, which is why this is the environment process 1
 // gives the node rather than a call in the node's main: the package inits
-// are a third of the node's start.
+// (etcd's, gRPC's, protobuf's registrations) allocate too.
 package bootgc
 
 import (
@@ -27,14 +27,17 @@ import (
 	"strings"
 )
 
-// Limit is the node's memory limit until Lift, in bytes: well above what
-// a boot allocates (under 30 MiB) and within what a 128 MiB machine has
-// left for the node beside the kernel and the node binary's page cache.
+// Limit is the node's memory limit until Lift, in bytes: above what a
+// boot allocates (with a 40 MiB limit, first boots and restarts ran to
+// "node running" without a collection) and within what a 128 MiB machine
+// has left for the node beside the kernel and the node binary's page
+// cache.
 const Limit = 48 << 20
 
 // Env returns environ, process 1's environment, for the node: with the
 // collector off up to Limit, in place of any GOGC or GOMEMLIMIT in
-// environ, so that Lift restores what the node ran with before.
+// environ, so that after Lift the node runs Go's default whatever process
+// 1 was given.
 func Env(environ []string) []string {
 	env := slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
 		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GOMEMLIMIT=")
