@@ -5,12 +5,12 @@
 // collector off until the node runs (internal/bootgc). It opens every
 // console for the log, which it also keeps in a log tree for the owner's
 // node API (and, once the data volume is mounted, in a journal of the last
-// boots); reads the kernel command line once; mounts the ESP and the encrypted
-// data volume (internal/storage); reads the enrolment config; brings up
-// the network; and runs the node's services, the cluster manager among
-// them, under a supervisor until a service fails fatally or a power-off
-// or reboot is requested (power button, the node API, SIGTERM, or
-// Ctrl-Alt-Del as SIGINT, forwarded by process 1). It then stops the
+// boots); reads the kernel command line once; mounts the ESP and the
+// encrypted data volume (internal/storage); reads the enrolment config;
+// brings up the network; and runs the node's services, the cluster manager
+// among them, under a supervisor until a service fails fatally or a
+// power-off or reboot is requested (power button, the node API, SIGTERM,
+// or Ctrl-Alt-Del as SIGINT, forwarded by process 1). It then stops the
 // services, unmounts storage, syncs, and exits with the code that tells
 // process 1 what to do. Which boot slot it runs, and whether this boot is
 // an update's try boot, is update.go's.

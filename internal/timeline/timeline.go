@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -89,15 +90,13 @@ func (t *Timeline) Mark(phase string) {
 func (t *Timeline) Reached(phase string) <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := make(chan struct{})
-	for _, m := range t.marks {
-		if m.Phase == phase {
-			close(c)
-			return c
-		}
+	if c, ok := t.reached[phase]; ok {
+		return c
 	}
-	if prev, ok := t.reached[phase]; ok {
-		return prev
+	c := make(chan struct{})
+	if slices.ContainsFunc(t.marks, func(m Mark) bool { return m.Phase == phase }) {
+		close(c)
+		return c
 	}
 	if t.reached == nil {
 		t.reached = map[string]chan struct{}{}
