@@ -80,7 +80,7 @@ func start(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment, dir
 	m.mgr.Configure(Config{
 		Enrolment: e, FreshData: fresh, IP: m.ip,
 		ESPRoot: filepath.Join(dir, "esp"), DataRoot: filepath.Join(dir, "data"),
-		overrides: overrides{socket: filepath.Join(dir, "etcd.sock"), listenOnIP: true},
+		overrides: overrides{listenOnIP: true},
 	})
 	if err := m.mgr.Preflight(ctx, filepath.Join(dir, "esp"), e); err != nil {
 		m.mgr.Fail(err)

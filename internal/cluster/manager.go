@@ -26,9 +26,6 @@ import (
 	"github.com/borough-os/borough/internal/timeline"
 )
 
-// Socket is where local clients reach etcd.
-const Socket = "/run/borough/etcd.sock"
-
 // Config is what the manager needs to bring the node into its cluster.
 type Config struct {
 	Enrolment *enrolment.Enrolment
@@ -53,8 +50,6 @@ type Config struct {
 
 // overrides let several members run in one test process.
 type overrides struct {
-	// socket replaces Socket.
-	socket string
 	// listenOnIP makes etcd and the join endpoint listen on IP only.
 	listenOnIP bool
 }
@@ -258,12 +253,9 @@ func (mg *Manager) consensusConfig(name, cluster string, mode consensus.Mode) co
 	c := consensus.Config{
 		Name: name, Cluster: cluster,
 		DataDir: mg.etcdDir(), PKI: mg.pkiFiles(),
-		IP: mg.cfg.IP, Mode: mode, Socket: Socket,
+		IP: mg.cfg.IP, Mode: mode,
 		Alone: mg.alone(name, mode),
 		Log:   mg.log.With("service", "consensus"),
-	}
-	if o := mg.cfg.overrides; o.socket != "" {
-		c.Socket = o.socket
 	}
 	if mg.cfg.overrides.listenOnIP {
 		c.ListenIP = mg.cfg.IP

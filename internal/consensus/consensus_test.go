@@ -23,8 +23,8 @@ import (
 	"github.com/borough-os/borough/internal/pki"
 )
 
-// TestConsensus runs a real one-member etcd on loopback: the local socket
-// works, the TLS client port takes the owner's certificate and refuses a
+// TestConsensus runs a real one-member etcd on loopback: the in-process
+// client works, the TLS client port takes the owner's certificate and refuses a
 // node's of the cluster CA and a stranger's, and the CRL watcher writes
 // what is put in etcd once it has checked it.
 func TestConsensus(t *testing.T) {
@@ -47,7 +47,7 @@ func TestConsensus(t *testing.T) {
 	}()
 
 	if _, err := c.Client.Put(ctx, "k", "v"); err != nil {
-		t.Fatalf("put over the local socket: %v", err)
+		t.Fatalf("put through the in-process client: %v", err)
 	}
 	if c.ClusterID() == 0 || c.MemberID() == 0 {
 		t.Error("no cluster or member ID")
@@ -209,6 +209,6 @@ func (tc *testCA) member(name, ip string, mode Mode) Config {
 	}
 	addr := netip.MustParseAddr(ip)
 	return Config{Name: name, Cluster: "test", DataDir: filepath.Join(tc.dir, name, "etcd"), PKI: files,
-		IP: addr, ListenIP: addr, Mode: mode, Socket: filepath.Join(tc.dir, name+".sock"),
+		IP: addr, ListenIP: addr, Mode: mode,
 		Log: slog.New(console.NewHandler(tc.logs)).With("member", name)}
 }

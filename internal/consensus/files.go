@@ -50,7 +50,7 @@ type Bundle struct {
 // them all (atomicfile.WriteAll).
 //
 // The client port trusts the owner's certificate alone, not the cluster
-// CA: members reach their own etcd through the local socket and each other
+// CA: members reach their own etcd in process and each other
 // through the peer port, so no node certificate needs the client port,
 // and a node's identity, stolen or minted with a leaked CA key, gives no
 // access to the data through it. A cluster without an owner trusts a

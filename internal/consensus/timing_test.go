@@ -1,11 +1,15 @@
 package consensus
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/borough-os/borough/internal/keyspace"
 )
 
 func TestTiming(t *testing.T) {
@@ -22,7 +26,8 @@ func TestTiming(t *testing.T) {
 
 // TestRetime runs a real member started alone and gives its cluster a
 // second voter: the member must stop with ErrRetime, since its timing
-// would not do for two.
+// would not do for two. On the way, the second member, still a learner,
+// must write a CRL put in etcd to its CRL file.
 func TestRetime(t *testing.T) {
 	tc := newTestCA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -48,7 +53,31 @@ func TestRetime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer second.Close()
+	// Run closes the member when it ends.
+	runCtx, stopSecond := context.WithCancel(ctx)
+	secondDone := make(chan struct{})
+	go func() { _ = second.Run(runCtx); close(secondDone) }()
+	defer func() { stopSecond(); <-secondDone }()
+	newCRL, err := tc.ca.CRL(2, nil, tc.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Client.Put(ctx, keyspace.CRL, string(newCRL)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if b, _ := os.ReadFile(cfg.PKI.CRL()); bytes.Equal(b, newCRL) {
+			break
+		}
+		if !second.IsLearner() {
+			t.Fatal("the second member is a voter before the test promoted it")
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the learner did not write the new CRL")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	// The member started alone does not promote the learner (a second
 	// voter is not the policy's); the test does, as another node would.
 	for {

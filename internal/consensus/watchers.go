@@ -19,32 +19,18 @@ import (
 	"github.com/borough-os/borough/internal/pki"
 )
 
-// crlPoll is how often a learner, which etcd serves no watches, reads the
-// CRL.
-const crlPoll = 2 * time.Second
-
-// watchCRL keeps the CRL file equal to the CRL in etcd: by polling with
-// serializable reads while the member is a learner, then by a watch.
+// watchCRL keeps the CRL file equal to the CRL in etcd: it reads the
+// member's own copy (a serializable read, which needs no leader), then
+// watches it from there. A learner watches too: the client is in process,
+// where etcd's gRPC refusal of learners' watches does not apply.
 func (c *Consensus) watchCRL(ctx context.Context) error {
-	var resp *clientv3.GetResponse
-	for {
-		var err error
-		resp, err = c.Client.Get(ctx, keyspace.CRL, clientv3.WithSerializable())
-		if err != nil {
-			return fmt.Errorf("reading CRL: %w", err)
-		}
-		if len(resp.Kvs) == 1 {
-			if err := c.writeCRL(resp.Kvs[0].Value); err != nil {
-				return err
-			}
-		}
-		if !c.IsLearner() {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(crlPoll):
+	resp, err := c.Client.Get(ctx, keyspace.CRL, clientv3.WithSerializable())
+	if err != nil {
+		return fmt.Errorf("reading CRL: %w", err)
+	}
+	if len(resp.Kvs) == 1 {
+		if err := c.writeCRL(resp.Kvs[0].Value); err != nil {
+			return err
 		}
 	}
 	for w := range c.Client.Watch(ctx, keyspace.CRL, clientv3.WithRev(resp.Header.Revision+1)) {

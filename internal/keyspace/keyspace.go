@@ -4,7 +4,7 @@
 // the CLI to import without linking etcd's server.
 //
 // Who can read what: every member reads and writes all of it through its
-// local socket, and the owner through the client port. That includes the
+// in-process client, and the owner through the client port. That includes the
 // cluster CA's key (KeyCAKey), because any member must be able to admit a
 // node while others are down; members hold the whole database anyway, and
 // the key is at rest only on encrypted data volumes (where each member also
