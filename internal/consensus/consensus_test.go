@@ -24,9 +24,9 @@ import (
 )
 
 // TestConsensus runs a real one-member etcd on loopback: the in-process
-// client works, the TLS client port takes the owner's certificate and refuses a
-// node's of the cluster CA and a stranger's, and the CRL watcher writes
-// what is put in etcd once it has checked it.
+// client works, the TLS client port takes the owner's certificate and
+// refuses a node's of the cluster CA and a stranger's, and the CRL watcher
+// writes what is put in etcd once it has checked it.
 func TestConsensus(t *testing.T) {
 	tc := newTestCA(t)
 	ca, owner, crl, now := tc.ca, tc.owner, tc.crl, tc.now

@@ -49,13 +49,13 @@ type Bundle struct {
 // Write writes the bundle's files, each atomically, with two syncs for
 // them all (atomicfile.WriteAll).
 //
-// The client port trusts the owner's certificate alone, not the cluster
-// CA: members reach their own etcd in process and each other
-// through the peer port, so no node certificate needs the client port,
-// and a node's identity, stolen or minted with a leaked CA key, gives no
-// access to the data through it. A cluster without an owner trusts a
-// certificate whose key was thrown away at once: etcd needs some trust
-// anchor to require client certificates, and nobody holds this one's key.
+// The client port trusts the owner's certificate alone, not the cluster CA:
+// members reach their own etcd in process and each other through the peer
+// port, so no node certificate needs the client port, and a node's identity,
+// stolen or minted with a leaked CA key, gives no access to the data through
+// it. A cluster without an owner trusts a certificate whose key was thrown
+// away at once: etcd needs some trust anchor to require client certificates,
+// and nobody holds this one's key.
 func (f Files) Write(b Bundle) error {
 	key, err := pki.KeyPEM(b.Key)
 	if err != nil {

@@ -4,15 +4,15 @@
 // the CLI to import without linking etcd's server.
 //
 // Who can read what: every member reads and writes all of it through its
-// in-process client, and the owner through the client port. That includes the
-// cluster CA's key (KeyCAKey), because any member must be able to admit a
-// node while others are down; members hold the whole database anyway, and
+// in-process client, and the owner through the client port. That includes
+// the cluster CA's key (KeyCAKey), because any member must be able to admit
+// a node while others are down; members hold the whole database anyway, and
 // the key is at rest only on encrypted data volumes (where each member also
 // keeps a copy, to give itself a new certificate when its address changed
-// while it was down and etcd cannot be read yet). A removed node cannot
-// come back by minting itself a certificate with a copy of it: its member
-// ID is removed, so the peers refuse its raft traffic whatever certificate
-// it shows, and joining again takes a new ticket from the owner.
+// while it was down and etcd cannot be read yet). A removed node cannot come
+// back by minting itself a certificate with a copy of it: its member ID is
+// removed, so the peers refuse its raft traffic whatever certificate it
+// shows, and joining again takes a new ticket from the owner.
 package keyspace
 
 import "encoding/json"
