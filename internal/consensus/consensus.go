@@ -53,14 +53,18 @@
 // timeout, each time it starts: with etcd's timing (100 ms ticks, a
 // 1000 ms timeout) anywhere from 0.1 to 1 s of every boot of a one-node
 // cluster, the largest share of its etcd start under TCG. A member that
-// starts alone (Config.Alone) therefore runs with aloneTiming, a tenth of
-// it. That timing would not do for several voters: a leader steps down
-// when no quorum answers within one timeout, and a slow network or a
-// loaded machine would make it lose its leadership over and over. So a
-// member started alone ends (ErrRetime) as soon as it sees a second
-// voter, or before it would promote a learner into one, and the cluster
-// manager starts it again with etcd's timing: an etcd restart and an
-// election without a leader, once in a cluster's life, as it first grows
+// starts alone (Config.Alone) therefore runs with aloneTiming: a tenth of
+// etcd's tick and the shortest election timeout etcd takes, five ticks,
+// so that it waits 10 to 50 ms. A shorter tick would cut that further,
+// but would wake an idle node more often: a one-node VM that does nothing
+// already spends a fifth of a host core on its 10 ms ticks under TCG.
+// That timing would not do for several voters: a leader steps down when
+// no quorum answers within one timeout, and a slow network or a loaded
+// machine would make it lose its leadership over and over. So a member
+// started alone ends (ErrRetime) as soon as it sees a second voter, or
+// before it would promote a learner into one, and the cluster manager
+// starts it again with etcd's timing: an etcd restart and an election
+// without a leader, once in a cluster's life, as it first grows
 // to three voters.
 package consensus
 
@@ -106,7 +110,7 @@ const (
 
 // aloneTiming is the raft timing, in milliseconds, of a member started
 // alone: its heartbeat tick and election timeout (etcd's are 100 and 1000).
-var aloneTiming = struct{ tick, election uint }{10, 100}
+var aloneTiming = struct{ tick, election uint }{10, 50}
 
 // ErrRetime says that a member started alone is no longer its cluster's
 // only voter, or is about to promote another: it has stopped, to be
@@ -230,7 +234,7 @@ func (c Config) initialCluster(self string) string {
 // everything started is closed.
 func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	if cfg.Alone {
-		cfg.Log.Info("the only member of its cluster: raft at a tenth of etcd's timing until another member votes",
+		cfg.Log.Info("the only member of its cluster: raft with a short election timeout until another member votes",
 			"tick", time.Duration(aloneTiming.tick)*time.Millisecond, "election", time.Duration(aloneTiming.election)*time.Millisecond)
 	}
 	e, err := embed.StartEtcd(cfg.embed())

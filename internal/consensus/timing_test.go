@@ -16,7 +16,7 @@ func TestTiming(t *testing.T) {
 	for _, tc := range []struct {
 		alone          bool
 		tick, election uint
-	}{{true, 10, 100}, {false, 100, 1000}} {
+	}{{true, 10, 50}, {false, 100, 1000}} {
 		ec := Config{Name: "n1", Cluster: "test", Mode: ModeNew, Alone: tc.alone, Log: slog.Default()}.embed()
 		if ec.TickMs != tc.tick || ec.ElectionMs != tc.election {
 			t.Errorf("alone %v: tick %d ms, election %d ms; want %d, %d", tc.alone, ec.TickMs, ec.ElectionMs, tc.tick, tc.election)
