@@ -144,10 +144,13 @@ func (c *Client) Logs(ctx context.Context, req *nodepb.LogsRequest, f func(*node
 		var e nodepb.LogEntry
 		err := protodelim.UnmarshalFrom(br, &e)
 		switch {
+		// First: once ctx has ended, the stream may end in a clean EOF
+		// as well as in an error, and the caller must learn that it was
+		// cut short.
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
 		case errors.Is(err, io.EOF):
 			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
 		case err != nil:
 			return fmt.Errorf("node API at %s: the log stream: %w", c.Addr, err)
 		}
