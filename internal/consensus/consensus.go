@@ -64,8 +64,8 @@
 // started alone ends (ErrRetime) as soon as it sees a second voter, or
 // before it would promote a learner into one, and the cluster manager
 // starts it again with etcd's timing: an etcd restart and an election
-// without a leader, once in a cluster's life, as it first grows
-// to three voters.
+// without a leader, once in a cluster's life, as it first grows to three
+// voters.
 package consensus
 
 import (

@@ -128,7 +128,7 @@ func (c *Client) Update(ctx context.Context, req *nodepb.UpdateRequest) (*nodepb
 }
 
 // Logs calls f with each entry req selects, and with follow each new one,
-// until the node ends the stream or ctx ends.
+// until the node ends the stream (nil) or ctx ends (ctx's error).
 func (c *Client) Logs(ctx context.Context, req *nodepb.LogsRequest, f func(*nodepb.LogEntry)) error {
 	timeout := requestTimeout
 	if req.GetFollow() {
