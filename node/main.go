@@ -101,8 +101,7 @@ func node() int {
 	if err != nil {
 		return fatal(log, err)
 	}
-	refreshSeed := entropy.Seed(log.With(console.ServiceKey, "entropy"), storage.ESPRoot, generator(t))
-	go refreshSeed()
+	seedEntropy(log.With(console.ServiceKey, "entropy"), t, tl)
 	requests := make(chan int, 1)
 	services, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
 		updates: updates, requests: requests})
@@ -119,6 +118,24 @@ func closeAndExit(log *slog.Logger, st *storage.Storage, code int) int {
 	}
 	unix.Sync()
 	return code
+}
+
+// seedEntropy credits the kernel's pool from the TPM and the ESP's seed
+// file and refreshes the seed file. With the pool not ready, that comes
+// first: keys, TLS and DHCP wait for it. With it ready (a CPU, firmware or
+// device RNG credited it), it waits until the node runs: crediting adds
+// to a pool already good, and replacing the seed file waits on the ESP's
+// writes, 30 ms of a restart under TCG.
+func seedEntropy(log *slog.Logger, t *tpm.TPM, tl *timeline.Timeline) {
+	if !entropy.Ready() {
+		refresh := entropy.Seed(log, storage.ESPRoot, generator(t))
+		go refresh()
+		return
+	}
+	go func() {
+		<-tl.Reached(timeline.Running)
+		entropy.Seed(log, storage.ESPRoot, generator(t))()
+	}()
 }
 
 // generator is t as the entropy package's generator, nil without a TPM.
