@@ -92,23 +92,13 @@ func TestEntropy(t *testing.T) {
 		expect(t, vm, bootTimeout, running)
 		const seeded = "borough: entropy: random pool seeded"
 		sawLine(t, vm, seeded, stepTimeout)
-		line := seededLine(vm.Console(), seeded)
+		line := grepConsole(vm.Console(), seeded)
 		// The kernel's "crng init done" may land in the middle of it.
 		if !strings.Contains(line, want) || (i == 0 && strings.Contains(line, "seed file")) {
 			t.Errorf("boot %d: %q, want %s", i+1, line, want)
 		}
 		powerOff(t, vm)
 	}
-}
-
-// seededLine is the console's line that holds seeded.
-func seededLine(console, seeded string) string {
-	for l := range strings.Lines(console) {
-		if strings.Contains(l, seeded) {
-			return strings.TrimSpace(l)
-		}
-	}
-	return ""
 }
 
 // TestCommandLineSeal plays an attacker with the machine and Secure Boot
