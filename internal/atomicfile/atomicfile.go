@@ -18,6 +18,9 @@
 // about 10 ms. Each file is still replaced atomically; a crash between two
 // renames leaves some files new and the others old, as the same Writes one
 // after the other would.
+//
+// Remove is the same care for a file that must stay gone: the cluster
+// unlock key sealed on the ESP, once the peers hold it.
 package atomicfile
 
 import (
@@ -80,6 +83,16 @@ func WriteAll(files ...File) (err error) {
 		}
 	}
 	return syncAll(files)
+}
+
+// Remove removes path, durably: on vfat an unlink stays in memory until
+// writeback, some 30 s later, and a power cut before it brings the file
+// back. Removing a file that does not exist is not an error.
+func Remove(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return syncfs(filepath.Dir(path))
 }
 
 // writeTemp writes data to a new file at path, in a directory it makes

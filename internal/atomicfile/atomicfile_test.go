@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,6 +88,36 @@ func TestWriteAll(t *testing.T) {
 				if st, err := os.Stat(f.Path); err == nil && tc.wantErr == "" && st.Mode().Perm() != f.Perm {
 					t.Errorf("%s: mode = %v, want %v", f.Path, st.Mode().Perm(), f.Perm)
 				}
+			}
+		})
+	}
+}
+
+func TestRemove(t *testing.T) {
+	dir := t.TempDir()
+	present := filepath.Join(dir, "present")
+	if err := os.WriteFile(present, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	blocker := filepath.Join(dir, "blocker")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path string
+		wantErr    bool
+	}{
+		{"present", present, false},
+		{"already gone", filepath.Join(dir, "absent"), false},
+		{"under a regular file", filepath.Join(blocker, "f"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Remove(tc.path)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Remove(%s) = %v, want error %v", tc.path, err, tc.wantErr)
+			}
+			if _, err := os.Stat(tc.path); !tc.wantErr && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s still there after Remove: %v", tc.path, err)
 			}
 		})
 	}
