@@ -9,7 +9,12 @@ import (
 
 // DefaultCmdline is the kernel command line of the boot binary. The last
 // console= is /dev/console; init logs to every console listed.
-const DefaultCmdline = "console=tty0 console=ttyS0,115200 panic=10"
+// usb-storage.delay_use=0: the kernel waits a second by default between
+// finding a USB disk and scanning it (for devices of the 2000s that
+// needed it), so a node booted from a USB stick waited that second for
+// its boot disk, and a node that starts sooner than that listed no USB
+// disk in its hardware report.
+const DefaultCmdline = "console=tty0 console=ttyS0,115200 panic=10 usb-storage.delay_use=0"
 
 // BootParams are the parts of a boot binary.
 type BootParams struct {
