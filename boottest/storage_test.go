@@ -136,7 +136,9 @@ func TestStorageGrow(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm := boot(t, qemu.Options{Image: img})
-	expect(t, vm, bootTimeout, "borough: storage: grew data partition to fill the disk size=3.9GiB", created, ready)
+	// The data partition holds all but the ESP and the GPTs' 1 MiB each.
+	grown := fmt.Sprintf("size=%.1fGiB", float64(4<<30-esp.Size-2<<20)/(1<<30))
+	expect(t, vm, bootTimeout, "borough: storage: grew data partition to fill the disk "+grown, created, ready)
 	powerOff(t, vm)
 
 	out, err := exec.Command("sgdisk", "-v", img).CombinedOutput()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,12 +31,12 @@ func TestNewPlan(t *testing.T) {
 		want    Plan
 	}{
 		{name: "default", size: DefaultSize, want: Plan{
-			ESPStart: 2048, ESPEnd: 2048 + 262144 - 1,
-			DataStart: 264192, DataEnd: 2097152 - 2048 - 1,
+			ESPStart: 2048, ESPEnd: 2048 + 614400 - 1,
+			DataStart: 616448, DataEnd: 2097152 - 2048 - 1,
 		}},
 		{name: "minimum", size: MinSize, want: Plan{
-			ESPStart: 2048, ESPEnd: 264191,
-			DataStart: 264192, DataEnd: uint64(MinSize)/512 - 2048 - 1,
+			ESPStart: 2048, ESPEnd: 616447,
+			DataStart: 616448, DataEnd: uint64(MinSize)/512 - 2048 - 1,
 		}},
 		{name: "too small", size: MinSize - alignment, wantErr: "below the minimum"},
 		{name: "unaligned", size: DefaultSize + 512, wantErr: "multiple of 1 MiB"},
@@ -148,7 +149,7 @@ func TestBuild(t *testing.T) {
 
 	// The reference FAT checker must accept the ESP.
 	espImg := filepath.Join(t.TempDir(), "esp.img")
-	if out, err := exec.Command("dd", "if="+path, "of="+espImg, "bs=1M", "skip=1", "count=128").CombinedOutput(); err != nil {
+	if out, err := exec.Command("dd", "if="+path, "of="+espImg, "bs=1M", "skip=1", "count="+strconv.Itoa(esp.Size>>20)).CombinedOutput(); err != nil {
 		t.Fatalf("dd: %v\n%s", err, out)
 	}
 	if out, err := exec.Command("fsck.vfat", "-n", espImg).CombinedOutput(); err != nil {
