@@ -50,7 +50,8 @@ const (
 )
 
 // maxBody bounds a request; maxUpdate an update, which carries a boot
-// binary and a node payload (the ESP holds two of each in 128 MiB).
+// binary and a node payload (the ESP holds two of each, and its keys and
+// records, in esp.Size).
 const (
 	maxBody   = 4 << 10
 	maxUpdate = 64 << 20
