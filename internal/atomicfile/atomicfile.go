@@ -19,8 +19,14 @@
 // renames leaves some files new and the others old, as the same Writes one
 // after the other would.
 //
-// Remove is the same care for a file that must stay gone: the cluster
-// unlock key sealed on the ESP, once the peers hold it.
+// Remove is the same care for a file that must stay gone, and Erase for a
+// key that must also leave the disk: unlinking on FAT only marks the
+// directory entry deleted and frees the clusters, which keep the bytes
+// for anyone who reads the raw disk.
+//
+// After syncfs, each sync also fsyncs the directory: vfat has no sync_fs,
+// so its syncfs writes the dirty blocks but never asks the disk to flush
+// its write cache, where fsync does.
 package atomicfile
 
 import (
@@ -87,12 +93,46 @@ func WriteAll(files ...File) (err error) {
 
 // Remove removes path, durably: on vfat an unlink stays in memory until
 // writeback, some 30 s later, and a power cut before it brings the file
-// back. Removing a file that does not exist is not an error.
+// back. Removing a file that does not exist, in a directory that does, is
+// not an error.
 func Remove(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return syncfs(filepath.Dir(path))
+}
+
+// Erase overwrites path with zeros where it lies on the disk, syncs, and
+// then Removes it: for a key, which an undeleted directory entry would
+// otherwise give back. FAT and ext4 (without data journalling) write over
+// a file's own blocks; a flash disk's controller may still keep old
+// copies out of reach of the filesystem. Erasing a file that does not
+// exist is not an error.
+func Erase(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return syncfs(filepath.Dir(path))
+	}
+	if err != nil {
+		return err
+	}
+	err = overwrite(f)
+	if err := errors.Join(err, f.Close()); err != nil {
+		return err
+	}
+	return Remove(path)
+}
+
+// overwrite writes zeros over all of f and syncs it.
+func overwrite(f *os.File) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(make([]byte, st.Size()), 0); err != nil {
+		return err
+	}
+	return f.Sync()
 }
 
 // writeTemp writes data to a new file at path, in a directory it makes
@@ -142,6 +182,9 @@ func syncfs(dir string) error {
 	defer d.Close()
 	if err := unix.Syncfs(int(d.Fd())); err != nil {
 		return fmt.Errorf("syncing the filesystem of %s: %w", dir, err)
+	}
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("flushing the disk cache under %s: %w", dir, err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -118,6 +119,48 @@ func TestRemove(t *testing.T) {
 			}
 			if _, err := os.Stat(tc.path); !tc.wantErr && !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("%s still there after Remove: %v", tc.path, err)
+			}
+		})
+	}
+}
+
+// TestErase reads an erased file through a second link to it, as one
+// would read freed clusters on the raw disk: its bytes must be zeros.
+func TestErase(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		content []byte
+	}{
+		{"key", []byte("a secret key that must not stay on the disk")},
+		{"empty", nil},
+		{"absent", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path, other := filepath.Join(dir, "key"), filepath.Join(dir, "other-link")
+			if tc.name != "absent" {
+				if err := os.WriteFile(path, tc.content, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Link(path, other); err != nil {
+					t.Skipf("no hard links here: %v", err)
+				}
+			}
+			if err := Erase(path); err != nil {
+				t.Fatalf("Erase: %v", err)
+			}
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s still there after Erase: %v", path, err)
+			}
+			if tc.name == "absent" {
+				return
+			}
+			got, err := os.ReadFile(other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := make([]byte, len(tc.content)); !bytes.Equal(got, want) {
+				t.Errorf("the erased file's blocks hold %q, want %d zeros", got, len(want))
 			}
 		})
 	}

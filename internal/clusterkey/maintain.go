@@ -318,8 +318,8 @@ func (k *Keeper) reconcile(ctx context.Context, b escrow.Binding, threshold int,
 	if err := writeESP(k.ESPRoot, esp.CUKEscrow, j); err != nil {
 		return err
 	}
-	if err := atomicfile.Remove(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil {
-		return fmt.Errorf("removing the sealed cluster unlock key: %w", err)
+	if err := atomicfile.Erase(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil {
+		return fmt.Errorf("erasing %s: %w", esp.ClusterKeyEscrow, err)
 	}
 	k.Log.Info("the cluster keeps this node's unlock key", "holders", len(holders), "needed", threshold, "epoch", b.Epoch)
 	return nil
@@ -335,7 +335,7 @@ func (k *Keeper) keepLocally(cuk []byte, current *escrow.Escrow) error {
 		return err
 	}
 	if err := atomicfile.Remove(esp.CUKEscrow.In(k.ESPRoot)); err != nil {
-		return fmt.Errorf("removing the escrow: %w", err)
+		return fmt.Errorf("removing %s: %w", esp.CUKEscrow, err)
 	}
 	k.Log.Warn("this node is the cluster's only voter: its unlock key is sealed on its own ESP again, and the disk opens alone")
 	return nil
