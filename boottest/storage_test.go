@@ -136,7 +136,8 @@ func TestStorageGrow(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm := boot(t, qemu.Options{Image: img})
-	// The data partition holds all but the ESP and the GPTs' 1 MiB each.
+	// The data partition holds all but the ESP and the 1 MiB at each end
+	// (alignment, which holds the GPTs).
 	grown := fmt.Sprintf("size=%.1fGiB", float64(4<<30-esp.Size-2<<20)/(1<<30))
 	expect(t, vm, bootTimeout, "borough: storage: grew data partition to fill the disk "+grown, created, ready)
 	powerOff(t, vm)

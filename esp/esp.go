@@ -109,7 +109,7 @@ func (f File) In(root string) string {
 
 // Size is the size of the ESP in the image: room for two boot binaries and
 // node payloads (an update writes the new ones beside the old), and above
-// 260 MiB, from which FAT32 is formatted (by go-diskfs, as by mkfs.fat)
+// 260 MiB, beyond which FAT32 is formatted (by go-diskfs, as by mkfs.fat)
 // with 4 KiB clusters rather than 512-byte ones. Reading a file means
 // following its chain of clusters through the FAT: with 512-byte clusters,
 // init's mount and read of the 14 MB node payload took 60 ms longer under

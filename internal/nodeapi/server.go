@@ -50,8 +50,9 @@ const (
 )
 
 // maxBody bounds a request; maxUpdate an update, which carries a boot
-// binary and a node payload (the ESP holds two of each, and its keys and
-// records, in esp.Size).
+// binary and a node payload and is held in memory while it is checked:
+// 64 MiB is some three times today's pair, and fits beside the running
+// pair on the 128 MiB ESP of images built before esp.Size grew.
 const (
 	maxBody   = 4 << 10
 	maxUpdate = 64 << 20
