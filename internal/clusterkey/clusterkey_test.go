@@ -2,12 +2,19 @@ package clusterkey
 
 import (
 	"bytes"
+	"crypto/x509"
+	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/pki"
 )
 
 func TestResponders(t *testing.T) {
@@ -87,4 +94,55 @@ func write(t *testing.T, root string, f esp.File, b []byte) {
 	if err := os.WriteFile(f.In(root), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCRLInForce: once the member runs, the responder checks peers
+// against the member's CRL file as it is at that moment, not the copy
+// Maintain last made; a CRL file that does not parse leaves the last good
+// one in force.
+func TestCRLInForce(t *testing.T) {
+	now := time.Now()
+	ca, err := pki.NewCA("c", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := ca.Issue("node-peer", nil, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := consensus.Files{Dir: t.TempDir()}
+	if err := os.WriteFile(files.CA(), pki.CertPEM(ca.Cert), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := &Keeper{ESPRoot: t.TempDir(), Log: slog.New(slog.DiscardHandler)}
+	k.pki.Store(&files)
+	for _, step := range []struct {
+		name        string
+		crl         func() []byte
+		wantRevoked bool
+	}{
+		{"empty CRL", func() []byte { return mustCRL(t, ca, 1, nil, now) }, false},
+		{"the peer removed", func() []byte { return mustCRL(t, ca, 2, []*big.Int{peer.Cert.SerialNumber}, now) }, true},
+		{"garbage", func() []byte { return []byte("not a CRL") }, true},
+	} {
+		if err := os.WriteFile(files.CRL(), step.crl(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		crl := k.crlInForce()
+		revoked := crl != nil && slices.ContainsFunc(crl.RevokedCertificateEntries, func(e x509.RevocationListEntry) bool {
+			return e.SerialNumber.Cmp(peer.Cert.SerialNumber) == 0
+		})
+		if revoked != step.wantRevoked {
+			t.Errorf("%s: the peer revoked = %v, want %v", step.name, revoked, step.wantRevoked)
+		}
+	}
+}
+
+func mustCRL(t *testing.T, ca *pki.CA, number int64, revoked []*big.Int, now time.Time) []byte {
+	t.Helper()
+	der, err := ca.CRL(number, revoked, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
 }

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/storage"
@@ -45,6 +46,8 @@ type Keeper struct {
 	id        *unlock.Identity
 	escrowKey []byte
 	crl       atomic.Pointer[x509.RevocationList]
+	// pki are the running member's PKI files, once Maintain has them.
+	pki atomic.Pointer[consensus.Files]
 	// responding says the responder runs.
 	responding bool
 	// bootErr is why Boot found no identity, if it failed to read one.
@@ -120,7 +123,22 @@ func (k *Keeper) readIdentity() (*unlock.Identity, error) {
 			k.crl.Store(crl)
 		}
 	}
-	return &unlock.Identity{Cert: cert, CA: ca, CRL: k.crl.Load}, nil
+	return &unlock.Identity{Cert: cert, CA: ca, CRL: k.crlInForce}, nil
+}
+
+// crlInForce is the CRL the responder and fetches check peers against:
+// once the member runs, its own CRL file, which its CRL watcher replaces
+// within seconds of a removal, read again at every call (share requests
+// are few: a peer's boot); before that, the copy on the ESP. Maintain
+// refreshes the ESP's copy only every maintainEvery, and a removed node
+// that booted within that window was given a share.
+func (k *Keeper) crlInForce() *x509.RevocationList {
+	if files := k.pki.Load(); files != nil {
+		if err := k.loadCRL(*files); err != nil {
+			k.Log.Warn("reading the member's CRL: checking peers against the last one read", "err", err)
+		}
+	}
+	return k.crl.Load()
 }
 
 // startResponder starts the unlock responder once the node has what it

@@ -55,6 +55,7 @@ func (k *Keeper) Maintain(ctx context.Context, m Member) error {
 }
 
 func (k *Keeper) maintain(ctx context.Context, m Member) error {
+	k.pki.Store(&m.PKI)
 	if err := k.syncIdentity(m.PKI); err != nil {
 		return fmt.Errorf("copying the node's identity to the ESP: %w", err)
 	}
@@ -182,7 +183,7 @@ func (k *Keeper) setIdentity(certPEM []byte, key *ecdsa.PrivateKey, files consen
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.id = &unlock.Identity{Cert: tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}, CA: ca, CRL: k.crl.Load}
+	k.id = &unlock.Identity{Cert: tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}, CA: ca, CRL: k.crlInForce}
 }
 
 // loadCRL puts the member's CRL in force for the responder and fetches.

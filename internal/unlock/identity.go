@@ -6,8 +6,10 @@
 //
 // Both sides authenticate with TLS 1.3 and node certificates of the
 // cluster CA, kept on the ESP with the key sealed to the TPM, and check
-// each other against the CRL the node cached on its ESP: a removed node
-// is refused its shares even while a majority is up. Certificates are
+// each other against the cluster's CRL (the running member's own, which
+// its watcher keeps current; before the member runs, the copy on the
+// ESP): a removed node is refused its shares even while a majority is
+// up. Certificates are
 // checked without their validity period: a cluster that lost power may
 // boot with its clocks wrong, and must not lock itself out over that;
 // node certificates are long-lived and revocation is by CRL.
