@@ -115,7 +115,7 @@ func TestCRLInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &Keeper{ESPRoot: t.TempDir(), Log: slog.New(slog.DiscardHandler)}
-	k.pki.Store(&files)
+	k.memberPKI.Store(&files)
 	for _, step := range []struct {
 		name        string
 		crl         func() []byte

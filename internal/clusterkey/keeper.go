@@ -46,8 +46,9 @@ type Keeper struct {
 	id        *unlock.Identity
 	escrowKey []byte
 	crl       atomic.Pointer[x509.RevocationList]
-	// pki are the running member's PKI files, once Maintain has them.
-	pki atomic.Pointer[consensus.Files]
+	// memberPKI are the running member's PKI files, once Maintain has
+	// them.
+	memberPKI atomic.Pointer[consensus.Files]
 	// responding says the responder runs.
 	responding bool
 	// bootErr is why Boot found no identity, if it failed to read one.
@@ -133,7 +134,7 @@ func (k *Keeper) readIdentity() (*unlock.Identity, error) {
 // refreshes the ESP's copy only every maintainEvery, and a removed node
 // that booted within that window was given a share.
 func (k *Keeper) crlInForce() *x509.RevocationList {
-	if files := k.pki.Load(); files != nil {
+	if files := k.memberPKI.Load(); files != nil {
 		if err := k.loadCRL(*files); err != nil {
 			k.Log.Warn("reading the member's CRL: checking peers against the last one read", "err", err)
 		}

@@ -55,7 +55,7 @@ func (k *Keeper) Maintain(ctx context.Context, m Member) error {
 }
 
 func (k *Keeper) maintain(ctx context.Context, m Member) error {
-	k.pki.Store(&m.PKI)
+	k.memberPKI.Store(&m.PKI)
 	if err := k.syncIdentity(m.PKI); err != nil {
 		return fmt.Errorf("copying the node's identity to the ESP: %w", err)
 	}
