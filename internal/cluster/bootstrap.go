@@ -28,11 +28,11 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Cons
 		}
 	}
 	rec := &Record{Phase: PhaseBootstrapping, Cluster: cluster, Node: name}
-	if err := mg.writeRecords(rec); err != nil {
+	ca, node, err := mg.writePKI(rec)
+	if err != nil {
 		return nil, nil, err
 	}
-	ca, node, err := mg.writePKI(cluster, name)
-	if err != nil {
+	if err := writeRecord(mg.espRecord(), rec); err != nil {
 		return nil, nil, err
 	}
 	c, err := consensus.Start(ctx, mg.consensusConfig(name, cluster, consensus.ModeNew))
@@ -53,14 +53,17 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Cons
 }
 
 // writePKI creates the cluster CA and this node's certificate, and writes
-// the files etcd reads.
-func (mg *Manager) writePKI(cluster, name string) (*pki.CA, *pki.Cert, error) {
+// the files etcd reads together with the data volume's record rec: a
+// bootstrap begun is one write of all of them (the ESP's record follows;
+// decide starts over from the data volume's alone), where writing the
+// record on its own first took two syncs more.
+func (mg *Manager) writePKI(rec *Record) (*pki.CA, *pki.Cert, error) {
 	now := time.Now()
-	ca, err := pki.NewCA(cluster, now)
+	ca, err := pki.NewCA(rec.Cluster, now)
 	if err != nil {
 		return nil, nil, err
 	}
-	node, err := ca.Issue(name, mg.ips(), []string{name, "localhost"}, now)
+	node, err := ca.Issue(rec.Node, mg.ips(), []string{rec.Node, "localhost"}, now)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,9 +71,13 @@ func (mg *Manager) writePKI(cluster, name string) (*pki.CA, *pki.Cert, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	record, err := recordFile(mg.dataRecord(), rec)
+	if err != nil {
+		return nil, nil, err
+	}
 	err = mg.pkiFiles().Write(consensus.Bundle{
 		CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: mg.cfg.Enrolment.Owner, CRL: crl, CAKey: ca.Key,
-	})
+	}, record)
 	return ca, node, err
 }
 

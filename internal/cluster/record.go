@@ -89,15 +89,25 @@ func (r *Record) check() error {
 // holds r already: the ESP's record is rewritten only when it changes, so
 // that a power cut on an ordinary restart cannot tear it.
 func writeRecord(path string, r *Record) error {
-	r.Version = recordVersion
-	b, err := json.MarshalIndent(r, "", "  ")
+	f, err := recordFile(path, r)
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Update(path, b, 0o600); err != nil {
+	if err := atomicfile.Update(f.Path, f.Data, f.Perm); err != nil {
 		return fmt.Errorf("writing node state record: %w", err)
 	}
 	return nil
+}
+
+// recordFile is the file that holds r at path, for a caller that writes
+// it in one batch with other files.
+func recordFile(path string, r *Record) (atomicfile.File, error) {
+	r.Version = recordVersion
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return atomicfile.File{}, err
+	}
+	return atomicfile.File{Path: path, Data: b, Perm: 0o600}, nil
 }
 
 // Decision is what the records say to do.

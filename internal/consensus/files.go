@@ -46,8 +46,9 @@ type Bundle struct {
 	CAKey crypto.Signer
 }
 
-// Write writes the bundle's files, each atomically, with two syncs for
-// them all (atomicfile.WriteAll).
+// Write writes the bundle's files, and more, each atomically, with two
+// syncs for them all (atomicfile.WriteAll): a caller's record that must
+// appear with the files, or not at all, costs no syncs of its own.
 //
 // The client port trusts the owner's certificate alone, not the cluster CA:
 // members reach their own etcd in process and each other through the peer
@@ -56,7 +57,7 @@ type Bundle struct {
 // it. A cluster without an owner trusts a certificate whose key was thrown
 // away at once: etcd needs some trust anchor to require client certificates,
 // and nobody holds this one's key.
-func (f Files) Write(b Bundle) error {
+func (f Files) Write(b Bundle, more ...atomicfile.File) error {
 	key, err := pki.KeyPEM(b.Key)
 	if err != nil {
 		return err
@@ -87,7 +88,7 @@ func (f Files) Write(b Bundle) error {
 		}
 		files = append(files, atomicfile.File{Path: f.CAKey(), Data: caKey, Perm: 0o600})
 	}
-	if err := atomicfile.WriteAll(files...); err != nil {
+	if err := atomicfile.WriteAll(append(files, more...)...); err != nil {
 		return fmt.Errorf("writing the PKI files: %w", err)
 	}
 	return nil
