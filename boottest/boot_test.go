@@ -3,7 +3,10 @@
 package boottest
 
 import (
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/qemu"
@@ -13,16 +16,19 @@ import (
 // that process 1 reaps an orphaned grandchild, and that the ACPI power
 // button powers the node off cleanly. The virtio boot first reboots
 // through Ctrl-Alt-Del; the AHCI boot has a TPM (swtpm), which the kernel
-// must find.
+// must find. The NVMe boot waits for a line that never comes: the
+// timeout's error must carry the kernel's list of blocked tasks
+// (qemu.VM's SysRq w), which tells a silent hang on I/O from others.
 func TestBoot(t *testing.T) {
 	for _, tc := range []struct {
 		disk           qemu.Disk
 		device, driver string
 		reboot         bool
 		tpm            bool
+		silence        bool
 	}{
 		{disk: qemu.DiskVirtio, device: "vda", driver: "virtio_blk", reboot: true},
-		{disk: qemu.DiskNVMe, device: "nvme0n1", driver: "nvme"},
+		{disk: qemu.DiskNVMe, device: "nvme0n1", driver: "nvme", silence: true},
 		{disk: qemu.DiskAHCI, device: "sda", driver: "ahci", tpm: true},
 	} {
 		t.Run(string(tc.disk), func(t *testing.T) {
@@ -36,6 +42,9 @@ func TestBoot(t *testing.T) {
 			expect(t, vm, stepTimeout, "borough: disk name="+tc.device+" driver="+tc.driver+" size=1.0GiB",
 				"borough: power: watching power button")
 			expect(t, vm, stepTimeout, "borough: orphan-test: orphan reaped pid=")
+			if tc.silence {
+				expectBlockedTasks(t, vm)
+			}
 			if tc.reboot {
 				if err := vm.CtrlAltDel(); err != nil {
 					t.Fatal(err)
@@ -48,6 +57,21 @@ func TestBoot(t *testing.T) {
 			}
 			expect(t, vm, stepTimeout, "borough: power: power button pressed: powering off", "borough: powering off")
 		})
+	}
+}
+
+// expectBlockedTasks waits briefly for a line that never comes and
+// expects the timeout's console tail to hold the kernel's answer to
+// SysRq w.
+func expectBlockedTasks(t *testing.T, vm *qemu.VM) {
+	t.Helper()
+	_, err := vm.WaitFor("a line no boot prints", 2*time.Second)
+	var qerr *qemu.Error
+	if !errors.As(err, &qerr) {
+		t.Fatalf("waiting for a line that never comes returned %v, want a *qemu.Error", err)
+	}
+	if !strings.Contains(qerr.Console, "sysrq: Show Blocked State") {
+		t.Errorf("the timeout's console tail has no list of blocked tasks:\n%s", qerr.Console)
 	}
 }
 

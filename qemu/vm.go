@@ -197,10 +197,43 @@ func (vm *VM) find(s string, timeout time.Duration) (time.Duration, error) {
 			}
 			return 0, vm.fail(fmt.Errorf("qemu exited (%v) before the console showed %q", vm.err, s))
 		case <-deadline:
+			vm.showBlocked()
 			return 0, vm.fail(fmt.Errorf("console did not show %q within %v", s, timeout))
 		}
 	}
 }
+
+// showBlocked asks the guest's kernel for the stacks of its tasks blocked
+// in uninterruptible sleep (SysRq w, from the VM's keyboard), and waits
+// until the console has been quiet for a moment: a boot that stopped in
+// silence then says, in the tail its timeout carries, whether it waits on
+// a disk that never answers or on itself (no task listed). Without a
+// monitor (an interactive VM) the console stays as it was.
+func (vm *VM) showBlocked() {
+	if vm.opts.Interactive || vm.monitor("sendkey alt-sysrq-w") != nil {
+		return
+	}
+	give := time.After(sysrqWait)
+	for {
+		_, changed := vm.console.snapshot()
+		select {
+		case <-changed:
+		case <-time.After(sysrqQuiet):
+			return
+		case <-give:
+			return
+		case <-vm.exited:
+			return
+		}
+	}
+}
+
+// How long showBlocked waits for the guest's answer: until the console
+// is quiet for sysrqQuiet, at most sysrqWait.
+const (
+	sysrqQuiet = 500 * time.Millisecond
+	sysrqWait  = 3 * time.Second
+)
 
 // Wait waits up to timeout (forever if timeout is 0) for QEMU to exit,
 // as it does when the guest powers off.
