@@ -28,6 +28,7 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Cons
 		}
 	}
 	rec := &Record{Phase: PhaseBootstrapping, Cluster: cluster, Node: name}
+	// The data volume's record goes in one batch with the PKI files.
 	ca, node, err := mg.writePKI(rec)
 	if err != nil {
 		return nil, nil, err
