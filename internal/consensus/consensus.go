@@ -148,6 +148,11 @@ type Config struct {
 	// Peers are the cluster's members, this one among them (ModeJoin).
 	Peers []Peer
 	Log   *slog.Logger
+	// Snapshots, if set, are how many applied entries make etcd snapshot
+	// its state and compact its raft log (keeping Snapshots/10), instead
+	// of etcd's 10000: tests use it to make a joining member catch up
+	// from a snapshot rather than from the log.
+	Snapshots uint64
 }
 
 // Consensus is a running etcd member.
@@ -198,6 +203,9 @@ func (c Config) embed() *embed.Config {
 		CertFile: c.PKI.Cert(), KeyFile: c.PKI.Key(),
 		TrustedCAFile: c.PKI.CA(), ClientCertAuth: true, CRLFile: c.PKI.CRL(),
 	}
+	if c.Snapshots > 0 {
+		ec.SnapshotCount, ec.SnapshotCatchUpEntries = c.Snapshots, max(c.Snapshots/10, 1)
+	}
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = "1h"
 	ec.Logger = "zap"
@@ -243,6 +251,11 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	}
 	defer func() {
 		if err != nil {
+			// etcd's Close waits for its client servers, which start
+			// only once the member is ready, or once the server stops:
+			// without the stop, closing a member that never became
+			// ready (a removed one, say) waits for ever.
+			e.Server.HardStop()
 			e.Close()
 		}
 	}()
