@@ -147,20 +147,18 @@ type Removal struct {
 	MemberID uint64
 }
 
-// RemoveNode revokes node name's certificate, then removes it from etcd's
-// membership. Revoking comes first: a node that is no member but still
-// trusted is worse than a member whose certificate no longer works.
+// RemoveNode marks node name's record removed (a tombstone the join
+// endpoint checks: neither the node's name nor its ticket admits it
+// again), revokes its certificates, then removes its etcd member, found by
+// the member ID the cluster recorded when it admitted the node (a learner
+// that never started has no name in etcd), or by name for a record
+// without one. Revoking comes before the removal: a node that is no
+// member but still trusted is worse than a member whose certificate no
+// longer works. Removing a node again finishes a removal cut short.
 func RemoveNode(ctx context.Context, c *clientv3.Client, name string) (Removal, error) {
-	rec, err := c.Get(ctx, keyspace.Nodes+name)
+	nr, err := tombstone(ctx, c, name)
 	if err != nil {
 		return Removal{}, err
-	}
-	if len(rec.Kvs) == 0 {
-		return Removal{}, fmt.Errorf("the cluster has no node %s", name)
-	}
-	nr, err := keyspace.ParseNodeRecord(rec.Kvs[0].Value)
-	if err != nil {
-		return Removal{}, fmt.Errorf("the cluster's record of %s: %w", name, err)
 	}
 	if err := revoke(ctx, c, nr.Serials); err != nil {
 		return Removal{}, err
@@ -171,15 +169,53 @@ func RemoveNode(ctx context.Context, c *clientv3.Client, name string) (Removal, 
 		return r, err
 	}
 	for _, m := range list.Members {
-		if m.Name != name {
+		if !isNode(m.ID, m.Name, name, nr) {
 			continue
 		}
 		if err := removeMember(ctx, c, m.ID); err != nil {
-			return r, fmt.Errorf("removing member %s: %w", name, err)
+			return r, fmt.Errorf("removing member %s (%x): %w", name, m.ID, err)
 		}
 		r.MemberID = m.ID
 	}
 	return r, nil
+}
+
+// isNode says whether etcd member id, named memberName, is node name of
+// record nr.
+func isNode(id uint64, memberName, name string, nr keyspace.NodeRecord) bool {
+	if nr.MemberID != 0 {
+		return id == nr.MemberID
+	}
+	return memberName == name
+}
+
+// tombstone marks node name's record removed, in a transaction that fails
+// if the record changed meanwhile, and returns it.
+func tombstone(ctx context.Context, c *clientv3.Client, name string) (keyspace.NodeRecord, error) {
+	nr, rev, found, err := keyspace.ReadNode(ctx, c, name)
+	switch {
+	case err != nil:
+		return nr, err
+	case !found:
+		return nr, fmt.Errorf("the cluster has no node %s", name)
+	case nr.Removed:
+		return nr, nil
+	}
+	nr.Removed = true
+	b, err := nr.Marshal()
+	if err != nil {
+		return nr, err
+	}
+	key := keyspace.Nodes + name
+	txn, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, string(b))).Commit()
+	if err != nil {
+		return nr, fmt.Errorf("marking node %s removed: %w", name, err)
+	}
+	if !txn.Succeeded {
+		return nr, fmt.Errorf("the record of node %s changed while it was being removed; try again", name)
+	}
+	return nr, nil
 }
 
 // removeMember removes a member, retrying while etcd refuses because a

@@ -40,7 +40,7 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Cons
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := mg.storeCluster(ctx, c.Client, cluster, ca, name, node); err != nil {
+	if err := mg.storeCluster(ctx, c, cluster, ca, name, node); err != nil {
 		c.Close()
 		return nil, nil, err
 	}
@@ -84,7 +84,8 @@ func (mg *Manager) writePKI(rec *Record) (*pki.CA, *pki.Cert, error) {
 
 // storeCluster records the cluster's CA, CRL, owner and first node in
 // etcd.
-func (mg *Manager) storeCluster(ctx context.Context, c *clientv3.Client, cluster string, ca *pki.CA, name string, node *pki.Cert) error {
+func (mg *Manager) storeCluster(ctx context.Context, member *consensus.Consensus, cluster string, ca *pki.CA, name string, node *pki.Cert) error {
+	c := member.Client
 	key, err := pki.KeyPEM(ca.Key)
 	if err != nil {
 		return err
@@ -93,7 +94,7 @@ func (mg *Manager) storeCluster(ctx context.Context, c *clientv3.Client, cluster
 	if err != nil {
 		return err
 	}
-	rec, err := keyspace.NodeRecord{Serials: []string{node.Cert.SerialNumber.Text(16)}}.Marshal()
+	rec, err := keyspace.NodeRecord{Serials: []string{node.Cert.SerialNumber.Text(16)}, MemberID: member.MemberID()}.Marshal()
 	if err != nil {
 		return err
 	}

@@ -70,6 +70,11 @@ func (m *member) wait(t *testing.T, s string) {
 // start runs a member at 127.0.0.n with enrolment e, in dir (a new one
 // if empty).
 func start(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment, dir string) *member {
+	return startWith(t, ctx, n, e, dir, overrides{listenOnIP: true})
+}
+
+// startWith is start with test seams ov.
+func startWith(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment, dir string, ov overrides) *member {
 	fresh := dir == ""
 	if fresh {
 		dir = t.TempDir()
@@ -80,7 +85,7 @@ func start(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment, dir
 	m.mgr.Configure(Config{
 		Enrolment: e, FreshData: fresh, IP: m.ip,
 		ESPRoot: filepath.Join(dir, "esp"), DataRoot: filepath.Join(dir, "data"),
-		overrides: overrides{listenOnIP: true},
+		overrides: ov,
 	})
 	if err := m.mgr.Preflight(ctx, filepath.Join(dir, "esp"), e); err != nil {
 		m.mgr.Fail(err)
@@ -151,7 +156,7 @@ func TestJoinInProcess(t *testing.T) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	csr, _ := pki.NewCSR("node-00000bad", []net.IP{net.IPv4(127, 0, 0, 9)}, key)
 	var refusal *join.Refusal
-	if _, err := join.Join(ctx, tb, csr); !errors.As(err, &refusal) || !strings.Contains(err.Error(), ticket.ErrUsed.Error()) {
+	if _, err := join.Join(ctx, tb, csr, false); !errors.As(err, &refusal) || !strings.Contains(err.Error(), ticket.ErrUsed.Error()) {
 		t.Errorf("a replayed ticket: %v, want a refusal saying it was used", err)
 	}
 	if err := join.Check(ctx, tb); !errors.As(err, &refusal) {

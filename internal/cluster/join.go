@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/borough-os/borough/esp"
@@ -57,36 +58,50 @@ func refused(err error) bool {
 
 // join joins the cluster of the enrolment's ticket. prev is the record of
 // a join that did not finish, which it finishes with the same name and
-// key.
+// key, from what the last attempt left in etcd's data directory
+// (unfinished).
+//
+// The record names the etcd member the cluster admitted before etcd first
+// starts: it is written in one batch with the certificate the cluster
+// issued, so that a power cut anywhere after the admission leaves a
+// record that says whose write-ahead log etcd's directory may hold.
 func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus, *Record, error) {
 	t := mg.cfg.Enrolment.Ticket
 	rec := prev
+	var dir consensus.DataDir
 	if rec == nil {
 		rec = &Record{Phase: PhaseJoining, Cluster: t.GetClusterName(), Node: newName()}
 		if err := mg.writeRecords(rec); err != nil {
 			return nil, nil, err
 		}
 	} else {
-		mg.log.Warn("a previous join did not finish; finishing it", "node", rec.Node)
+		mg.log.Warn("a previous join did not finish; finishing it", "node", rec.Node, "member", rec.MemberID)
+		var c *consensus.Consensus
+		var err error
+		if c, dir, err = mg.unfinished(ctx, rec); c != nil || err != nil {
+			return c, rec, err
+		}
 	}
 	key, err := mg.nodeKey()
 	if err != nil {
 		return nil, nil, err
 	}
 	mg.pause(JoinRecorded)
-	csr, err := pki.NewCSR(rec.Node, mg.ips(), key)
+	// What etcd wrote of the admitted member, if anything, is not usable
+	// (unfinished): it needs a new member (JoinRequest.replace_member).
+	replace := rec.MemberID != "" && dir.Exists
+	resp, err := mg.askToJoin(ctx, rec, key, replace)
 	if err != nil {
 		return nil, nil, err
 	}
-	var resp *joinpb.JoinResponse
-	err = retry(ctx, mg.log, "asking to join", refused, func() (err error) {
-		resp, err = join.Join(ctx, t, csr)
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("joining cluster %s: %w", t.GetClusterName(), err)
+	if dir.Exists {
+		mg.log.Warn("removing what the unfinished join left in etcd's data directory",
+			"wal", dir.WAL, "database", dir.DB, "member", rec.MemberID)
+		if err := consensus.Wipe(mg.etcdDir()); err != nil {
+			return nil, nil, err
+		}
 	}
-	if err := mg.writeJoinPKI(resp, key); err != nil {
+	if err := mg.writeJoinPKI(resp, key, rec); err != nil {
 		return nil, nil, err
 	}
 	mg.pause(JoinAdmitted)
@@ -94,7 +109,7 @@ func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus
 	for _, m := range resp.GetMembers() {
 		cfg.Peers = append(cfg.Peers, consensus.Peer{Name: m.GetName(), PeerURLs: m.GetPeerUrls()})
 	}
-	mg.log.Info("admitted as a learner; starting etcd", "cluster", rec.Cluster, "member", fmt.Sprintf("%x", resp.GetMemberId()))
+	mg.log.Info("admitted as a learner; starting etcd", "cluster", rec.Cluster, "member", rec.MemberID)
 	c, err := consensus.Start(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -107,6 +122,81 @@ func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus
 	mg.log.Info("joined cluster", "cluster", rec.Cluster, "id", rec.ClusterID, "ca_fingerprint", mg.caFingerprint())
 	return c, rec, nil
 }
+
+// unfinished reads etcd's data directory, which an unfinished join may
+// have left, before etcd can start on it. A write-ahead log of the member
+// the record names (with its database) is that member's state: etcd
+// restarts from it, as on any restart, and the join is done (c). A log of
+// another member, or one where the record names none, is refused: the
+// node cannot tell it is not a voter's, whose log is never removed.
+// Anything else is removed once the cluster has admitted the node again
+// (join).
+func (mg *Manager) unfinished(ctx context.Context, rec *Record) (*consensus.Consensus, consensus.DataDir, error) {
+	dir, err := consensus.Inspect(mg.etcdDir())
+	switch {
+	case err != nil:
+		return nil, dir, fmt.Errorf("checking etcd's data directory before finishing the join: %w", err)
+	case !dir.WAL:
+		return nil, dir, nil
+	case rec.MemberID == "" || hexID64(dir.MemberID) != rec.MemberID:
+		return nil, dir, fmt.Errorf("etcd's data directory %s holds the log of member %x, "+
+			"but the node state record says this node was admitted as member %q: not starting etcd on it",
+			mg.etcdDir(), dir.MemberID, rec.MemberID)
+	case !dir.DB:
+		return nil, dir, nil
+	}
+	mg.log.Info("etcd's data directory holds this member's log; restarting it", "member", rec.MemberID)
+	c, err := mg.startMember(ctx, rec)
+	if errors.Is(err, errWasRemoved) {
+		return nil, dir, mg.recordRemoval(rec)
+	}
+	if err != nil {
+		return nil, dir, err
+	}
+	if c.Removed() {
+		c.Close()
+		return nil, dir, mg.recordRemoval(rec)
+	}
+	if err := mg.member(rec, c); err != nil {
+		c.Close()
+		return nil, dir, err
+	}
+	mg.log.Info("joined cluster", "cluster", rec.Cluster, "id", rec.ClusterID, "ca_fingerprint", mg.caFingerprint())
+	return c, dir, nil
+}
+
+// askToJoin asks the cluster to admit the node with its key, until it
+// answers or refuses, replacing the member admitted before if replace is
+// set, and records the member admitted in rec. A node the cluster removed
+// records that it was.
+func (mg *Manager) askToJoin(ctx context.Context, rec *Record, key crypto.Signer, replace bool) (*joinpb.JoinResponse, error) {
+	t := mg.cfg.Enrolment.Ticket
+	csr, err := pki.NewCSR(rec.Node, mg.ips(), key)
+	if err != nil {
+		return nil, err
+	}
+	var resp *joinpb.JoinResponse
+	err = retry(ctx, mg.log, "asking to join", refused, func() (err error) {
+		resp, err = join.Join(ctx, t, csr, replace)
+		return err
+	})
+	var refusal *join.Refusal
+	if errors.As(err, &refusal) && refusal.Removed {
+		mg.log.Warn("the cluster refused the join", "reason", refusal.Reason)
+		return nil, mg.recordRemoval(rec)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("joining cluster %s: %w", t.GetClusterName(), err)
+	}
+	id := hexID64(resp.GetMemberId())
+	if rec.MemberID != "" && rec.MemberID != id {
+		mg.log.Info("admitted again as a new member", "member", id, "was", rec.MemberID)
+	}
+	rec.MemberID = id
+	return resp, nil
+}
+
+func hexID64(id uint64) string { return strconv.FormatUint(id, 16) }
 
 // nodeKey returns the node's private key from the data volume, making it
 // on the first try: a join that is tried again must use the same key,
@@ -137,8 +227,10 @@ func (mg *Manager) nodeKey() (crypto.Signer, error) {
 	return key, nil
 }
 
-// writeJoinPKI writes the PKI files from the cluster's answer.
-func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer) error {
+// writeJoinPKI writes the PKI files from the cluster's answer, in one
+// batch with the data volume's record rec, which names the member the
+// cluster admitted.
+func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer, rec *Record) error {
 	ca, err := x509.ParseCertificate(resp.GetCaCertificate())
 	if err != nil {
 		return err
@@ -156,7 +248,11 @@ func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer) er
 	if err := pki.CheckCRL(b.CRL, ca, nil); err != nil {
 		return fmt.Errorf("the cluster's CRL: %w", err)
 	}
-	return mg.pkiFiles().Write(b)
+	record, err := recordFile(mg.dataRecord(), rec)
+	if err != nil {
+		return err
+	}
+	return mg.pkiFiles().Write(b, record)
 }
 
 // awaitRole waits until the member may say it runs, and returns its role:

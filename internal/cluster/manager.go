@@ -52,6 +52,8 @@ type Config struct {
 type overrides struct {
 	// listenOnIP makes etcd and the join endpoint listen on IP only.
 	listenOnIP bool
+	// snapshots is consensus.Config.Snapshots.
+	snapshots uint64
 }
 
 // Steps of a join, for Config.Pause.
@@ -205,12 +207,18 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 // removed records that the cluster removed the node and fails it for
 // good.
 func (mg *Manager) removed(rec *Record) error {
+	mg.m.fail(mg.recordRemoval(rec))
+	return nil
+}
+
+// recordRemoval records in the node state records that the cluster
+// removed the node, and returns the error that says so.
+func (mg *Manager) recordRemoval(rec *Record) error {
 	rec.Phase = PhaseRemoved
 	if err := mg.writeRecords(rec); err != nil {
 		mg.log.Warn("recording the removal", "err", err)
 	}
-	mg.m.fail(errRemoved(rec.Cluster))
-	return nil
+	return errRemoved(rec.Cluster)
 }
 
 // errWasRemoved is wrapped by every error saying the cluster removed the
@@ -260,6 +268,7 @@ func (mg *Manager) consensusConfig(name, cluster string, mode consensus.Mode) co
 	if mg.cfg.overrides.listenOnIP {
 		c.ListenIP = mg.cfg.IP
 	}
+	c.Snapshots = mg.cfg.overrides.snapshots
 	return c
 }
 
@@ -295,8 +304,8 @@ func (mg *Manager) writeRecords(rec *Record) error {
 // member records the started member in the node state record.
 func (mg *Manager) member(rec *Record, c *consensus.Consensus) error {
 	rec.Phase = PhaseMember
-	rec.ClusterID = strconv.FormatUint(c.ClusterID(), 16)
-	rec.MemberID = strconv.FormatUint(c.MemberID(), 16)
+	rec.ClusterID = hexID64(c.ClusterID())
+	rec.MemberID = hexID64(c.MemberID())
 	return mg.writeRecords(rec)
 }
 

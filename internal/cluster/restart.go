@@ -27,10 +27,7 @@ func (mg *Manager) restart(ctx context.Context, rec *Record) (*consensus.Consens
 	}
 	c, err := mg.startMember(ctx, rec)
 	if errors.Is(err, errWasRemoved) {
-		rec.Phase = PhaseRemoved
-		if werr := mg.writeRecords(rec); werr != nil {
-			mg.log.Warn("recording the removal", "err", werr)
-		}
+		return nil, mg.recordRemoval(rec)
 	}
 	if err != nil {
 		return nil, err
@@ -100,13 +97,10 @@ func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Con
 			continue
 		}
 		if removed {
-			// etcd stops in the background: closing a member that
-			// cannot reach its peers can take long.
-			go func() {
-				if r := <-done; r.c != nil {
-					r.c.Close()
-				}
-			}()
+			cancel()
+			if r := <-done; r.c != nil {
+				r.c.Close()
+			}
 			return nil, errRemoved(rec.Cluster)
 		}
 		mg.log.Info("etcd is not ready yet; the peers still count this node as a member")
@@ -148,9 +142,9 @@ func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, sel
 // askStatus asks the peers in the member directory whether the cluster
 // still counts this node as a member.
 func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
-	d, err := mg.readDirectory()
+	endpoints, err := mg.statusEndpoints(self)
 	if err != nil {
-		return false, fmt.Errorf("reading the member directory: %w", err)
+		return false, err
 	}
 	f := mg.pkiFiles()
 	cert, err := tls.LoadX509KeyPair(f.Cert(), f.Key())
@@ -165,5 +159,19 @@ func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return join.Status(ctx, d.peerEndpoints(self), ca, cert)
+	return join.Status(ctx, endpoints, ca, cert)
+}
+
+// statusEndpoints are the join endpoints of the member directory's peers,
+// or, for a node that has no directory yet because its join did not
+// finish, its ticket's.
+func (mg *Manager) statusEndpoints(self string) ([]string, error) {
+	d, err := mg.readDirectory()
+	if err == nil {
+		return d.peerEndpoints(self), nil
+	}
+	if t := mg.cfg.Enrolment.Ticket; t != nil {
+		return t.GetJoinEndpoints(), nil
+	}
+	return nil, fmt.Errorf("reading the member directory: %w", err)
 }

@@ -30,9 +30,12 @@ func Check(ctx context.Context, t *enrolmentpb.Ticket) error {
 // Join asks the cluster to admit the node whose certificate request is
 // csr, and checks the answer against the ticket: the CA is the pinned
 // one, and the certificate is for csr's key and issued by that CA.
-func Join(ctx context.Context, t *enrolmentpb.Ticket, csr []byte) (*joinpb.JoinResponse, error) {
+// replace asks for a new member in place of the learner admitted before
+// (JoinRequest.replace_member).
+func Join(ctx context.Context, t *enrolmentpb.Ticket, csr []byte, replace bool) (*joinpb.JoinResponse, error) {
 	resp, err := call(ctx, t, pathJoin, &joinpb.JoinRequest{
 		TicketId: t.GetId(), Secret: t.GetSecret(), Csr: csr, ClusterName: t.GetClusterName(),
+		ReplaceMember: replace,
 	})
 	if err != nil {
 		return nil, err
@@ -122,6 +125,8 @@ func post(ctx context.Context, fingerprint, endpoint, path string, body []byte) 
 	case http.StatusOK:
 	case http.StatusForbidden, http.StatusBadRequest:
 		return nil, &Refusal{Reason: strings.TrimSpace(string(b))}
+	case http.StatusGone:
+		return nil, &Refusal{Reason: strings.TrimSpace(string(b)), Removed: true}
 	default:
 		return nil, fmt.Errorf("%s: %s", res.Status, strings.TrimSpace(string(b)))
 	}

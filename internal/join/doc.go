@@ -9,17 +9,23 @@
 //	  │                                                   │    CSR's key (etcd txn)
 //	  │                                                   │ 2. sign the CSR with the CA
 //	  │                                                   │ 3. MemberAddAsLearner
-//	  │                                                   │ 4. record the node (serial, role)
-//	  │◀── certificate, CA, CRL, owner, members ──────────│
+//	  │                                                   │ 4. record the node (serial, role,
+//	  │                                                   │    member ID)
+//	  │◀── certificate, CA, CRL, owner, members, ID ──────│
 //
 // Every member serves the endpoint, with its node certificate, so any one
 // of the ticket's endpoints will do. Each step is safe to repeat: a node
 // that lost power anywhere in the join asks again with the same key, the
-// ticket (claimed by that key) admits it again, and a member already added
-// shows up as etcd's ErrPeerURLExist, which finds the member instead of
-// failing. A ticket claimed by one key admits no other.
+// ticket (claimed by that key) admits it again, with the member ID the
+// cluster recorded for it, and a member added by an attempt that stopped
+// before the record shows up as etcd's ErrPeerURLExist (or ErrMemberExist
+// within the same second), which finds the member instead of failing. A
+// ticket claimed by one key admits no other. A node the owner removed
+// (its record is a tombstone, or its recorded member is gone) is refused
+// for good, even with its own claimed ticket.
 //
-// A refusal (unknown, forged, expired or used ticket; a bad request) is
-// final and comes back as a *Refusal with the member's reason; anything
-// else (no member reachable, no quorum) is worth retrying.
+// A refusal (unknown, forged, expired or used ticket; a bad request; a
+// removed node, as HTTP 410 and Refusal.Removed) is final and comes back
+// as a *Refusal with the member's reason; anything else (no member
+// reachable, no quorum) is worth retrying.
 package join

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -74,13 +75,21 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // Refusal is a join request the cluster will not grant; asking again will
-// not change that.
-type Refusal struct{ Reason string }
+// not change that. Removed says the refusal is because the owner removed
+// the node (HTTP 410 on the wire): the node records that it was removed.
+type Refusal struct {
+	Reason  string
+	Removed bool
+}
 
 func (r *Refusal) Error() string { return r.Reason }
 
 func refuse(format string, args ...any) error {
 	return &Refusal{Reason: fmt.Sprintf(format, args...)}
+}
+
+func refuseRemoved(name string) error {
+	return &Refusal{Reason: fmt.Sprintf("node %s was removed from the cluster", name), Removed: true}
 }
 
 // handle decodes a JoinRequest, runs fn and encodes its answer: a refusal
@@ -103,7 +112,11 @@ func (s *Server) handle(fn func(context.Context, *joinpb.JoinRequest) (proto.Mes
 		switch {
 		case errors.As(err, &refusal):
 			s.Log.Warn("join refused", "from", r.RemoteAddr, "path", r.URL.Path, "reason", refusal.Reason)
-			http.Error(w, refusal.Reason, http.StatusForbidden)
+			code := http.StatusForbidden
+			if refusal.Removed {
+				code = http.StatusGone
+			}
+			http.Error(w, refusal.Reason, code)
 			return
 		case err != nil:
 			s.Log.Warn("join failed", "from", r.RemoteAddr, "path", r.URL.Path, "err", err)
@@ -144,7 +157,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 }
 
 // removed checks a node's certificate chain: issued by the cluster CA,
-// and then revoked, or of a node that is no member.
+// and then revoked, or of a node the owner removed (its record's
+// tombstone), or whose etcd member is gone.
 func (s *Server) removed(ctx context.Context, chain []*x509.Certificate) (bool, error) {
 	if len(chain) == 0 {
 		return false, refuse("present the node's certificate")
@@ -171,16 +185,32 @@ func (s *Server) removed(ctx context.Context, chain []*x509.Certificate) (bool, 
 			}
 		}
 	}
-	list, err := s.Client.MemberList(ctx)
+	name := chain[0].Subject.CommonName
+	nr, _, found, err := keyspace.ReadNode(ctx, s.Client, name)
 	if err != nil {
 		return false, err
 	}
+	if found && nr.Removed {
+		return true, nil
+	}
+	_, ok, err := s.member(ctx, name, nr.MemberID)
+	return !ok, err
+}
+
+// member finds node name's etcd member: by its ID when the cluster
+// recorded one (a learner that has not started has no name), else by
+// name.
+func (s *Server) member(ctx context.Context, name string, id uint64) (*etcdserverpb.Member, bool, error) {
+	list, err := s.Client.MemberList(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing members: %w", err)
+	}
 	for _, m := range list.Members {
-		if m.Name == chain[0].Subject.CommonName {
-			return false, nil
+		if (id != 0 && m.ID == id) || (id == 0 && m.Name == name) {
+			return m, true, nil
 		}
 	}
-	return true, nil
+	return nil, false, nil
 }
 
 // record reads the record of the request's ticket and its revision (0 if
@@ -231,6 +261,16 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 	if err != nil {
 		return nil, err
 	}
+	known, err := s.admitted(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if known != 0 && req.GetReplaceMember() {
+		if err := s.replace(ctx, name, known); err != nil {
+			return nil, err
+		}
+		known = 0
+	}
 	ca, err := keyspace.ReadCA(ctx, s.Client)
 	if err != nil {
 		return nil, err
@@ -240,11 +280,13 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 		return nil, refuse("%v", err)
 	}
 	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(advertised(csr), consensus.PeerPort).String()}
-	id, err := s.addLearner(ctx, name, peer.String())
-	if err != nil {
-		return nil, err
+	id := known
+	if id == 0 {
+		if id, err = s.addLearner(ctx, name, peer.String()); err != nil {
+			return nil, err
+		}
 	}
-	if err := keyspace.AddSerial(ctx, s.Client, name, cert.SerialNumber.Text(16), rec.GetLearnerForGood()); err != nil {
+	if err := keyspace.AddSerial(ctx, s.Client, name, cert.SerialNumber.Text(16), rec.GetLearnerForGood(), id); err != nil {
 		return nil, err
 	}
 	resp, err := s.answer(ctx, ca)
@@ -254,6 +296,53 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 	resp.Certificate, resp.MemberId, resp.LearnerForGood = cert.Raw, id, rec.GetLearnerForGood()
 	s.Log.Info("admitted node as a learner", "node", name, "member", strconv.FormatUint(id, 16), "peer", peer.String())
 	return resp, nil
+}
+
+// admitted returns the etcd member ID the cluster recorded for node name
+// when it admitted it before, if that member is still there (0 if not: a
+// first request, one whose earlier attempt stopped before the record, or
+// one whose member was replaced), once it has checked that the owner did
+// not remove the node since: the owner's removal leaves a tombstone, so a
+// node removed while it was joining does not come back with its claimed
+// ticket.
+func (s *Server) admitted(ctx context.Context, name string) (uint64, error) {
+	nr, _, found, err := keyspace.ReadNode(ctx, s.Client, name)
+	switch {
+	case err != nil:
+		return 0, err
+	case found && nr.Removed:
+		return 0, refuseRemoved(name)
+	case !found || nr.MemberID == 0:
+		return 0, nil
+	}
+	_, ok, err := s.member(ctx, name, nr.MemberID)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return nr.MemberID, nil
+}
+
+// replace removes learner id, node name's member, which the node lost the
+// data of, so that it is admitted again as a new member: raft forbids a
+// member to come back with less of the log than it acknowledged (its
+// leader would commit entries the member no longer has, and it panics).
+// A learner counts in no quorum, so nothing is lost; a voter is never
+// replaced so.
+func (s *Server) replace(ctx context.Context, name string, id uint64) error {
+	m, ok, err := s.member(ctx, name, id)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return nil
+	case !m.IsLearner:
+		return refuse("member %x of node %s is a voter: a voter that lost its data is not replaced by a join; recover it by hand", id, name)
+	}
+	if _, err := s.Client.MemberRemove(ctx, id); err != nil {
+		return fmt.Errorf("removing member %x to replace it: %w", id, err)
+	}
+	s.Log.Info("removed a joining node's learner to admit it again", "node", name, "member", strconv.FormatUint(id, 16))
+	return nil
 }
 
 // advertised is the request's first IP address: the one the node
@@ -318,13 +407,15 @@ func (s *Server) claim(ctx context.Context, req *joinpb.JoinRequest, csr *x509.C
 }
 
 // addLearner adds the node as a learner at peerURL, or finds it if an
-// earlier attempt added it.
+// earlier attempt added it: etcd then says the peer URL is taken, or, when
+// the attempt was within the same second (etcd derives a member's ID from
+// its peer URLs, the cluster and the time), that the ID exists.
 func (s *Server) addLearner(ctx context.Context, name, peerURL string) (uint64, error) {
 	add, err := s.Client.MemberAddAsLearner(ctx, []string{peerURL})
 	if err == nil {
 		return add.Member.ID, nil
 	}
-	if !errors.Is(err, rpctypes.ErrPeerURLExist) {
+	if !errors.Is(err, rpctypes.ErrPeerURLExist) && !errors.Is(err, rpctypes.ErrMemberExist) {
 		return 0, fmt.Errorf("adding the node as a learner: %w", err)
 	}
 	list, err := s.Client.MemberList(ctx)
@@ -366,7 +457,7 @@ func (s *Server) answer(ctx context.Context, ca *pki.CA) (*joinpb.JoinResponse, 
 		return nil, fmt.Errorf("listing members: %w", err)
 	}
 	for _, m := range list.Members {
-		out.Members = append(out.Members, &joinpb.Member{Name: m.Name, PeerUrls: m.PeerURLs})
+		out.Members = append(out.Members, &joinpb.Member{Name: m.Name, PeerUrls: m.PeerURLs, Id: m.ID, IsLearner: m.IsLearner})
 	}
 	return out, nil
 }

@@ -37,19 +37,22 @@ func ReadCA(ctx context.Context, kv clientv3.KV) (*pki.CA, error) {
 
 // AddSerial adds a certificate serial to node name's record, in a
 // transaction that fails if the record changed meanwhile. A node without a
-// record gets one, with learner as its role.
-func AddSerial(ctx context.Context, kv clientv3.KV, name, serial string, learner bool) error {
+// record gets one, with learner as its role; memberID, if not 0, is
+// recorded as the node's etcd member.
+func AddSerial(ctx context.Context, kv clientv3.KV, name, serial string, learner bool, memberID uint64) error {
 	key := Nodes + name
-	resp, err := kv.Get(ctx, key)
+	r, rev, found, err := ReadNode(ctx, kv, name)
 	if err != nil {
-		return fmt.Errorf("reading the record of node %s: %w", name, err)
+		return err
 	}
-	r, rev := NodeRecord{Learner: learner}, int64(0)
-	if len(resp.Kvs) == 1 {
-		if r, err = ParseNodeRecord(resp.Kvs[0].Value); err != nil {
-			return fmt.Errorf("the record of node %s: %w", name, err)
-		}
-		rev = resp.Kvs[0].ModRevision
+	if !found {
+		r = NodeRecord{Learner: learner}
+	}
+	if r.Removed {
+		return fmt.Errorf("node %s was removed from the cluster", name)
+	}
+	if memberID != 0 {
+		r.MemberID = memberID
 	}
 	r.Serials = append(r.Serials, serial)
 	b, err := r.Marshal()
@@ -65,4 +68,20 @@ func AddSerial(ctx context.Context, kv clientv3.KV, name, serial string, learner
 		return fmt.Errorf("the record of node %s changed meanwhile; try again", name)
 	}
 	return nil
+}
+
+// ReadNode reads node name's record and its revision; found is false when
+// the cluster has none.
+func ReadNode(ctx context.Context, kv clientv3.KV, name string) (r NodeRecord, rev int64, found bool, err error) {
+	resp, err := kv.Get(ctx, Nodes+name)
+	if err != nil {
+		return r, 0, false, fmt.Errorf("reading the record of node %s: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return r, 0, false, nil
+	}
+	if r, err = ParseNodeRecord(resp.Kvs[0].Value); err != nil {
+		return r, 0, false, fmt.Errorf("the record of node %s: %w", name, err)
+	}
+	return r, resp.Kvs[0].ModRevision, true, nil
 }

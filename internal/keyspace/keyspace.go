@@ -12,7 +12,9 @@
 // while it was down and etcd cannot be read yet). A removed node cannot come
 // back by minting itself a certificate with a copy of it: its member ID is
 // removed, so the peers refuse its raft traffic whatever certificate it
-// shows, and joining again takes a new ticket from the owner.
+// shows, its NodeRecord stays as a tombstone (Removed) that the join
+// endpoint checks before it admits the ticket's node again, and joining
+// again takes a new ticket from the owner and a new name.
 package keyspace
 
 import "encoding/json"
@@ -36,7 +38,8 @@ const (
 )
 
 // NodeRecord is what the cluster keeps of each node, as JSON at Nodes +
-// the node's name: enough to revoke its certificate and to know its role.
+// the node's name: enough to revoke its certificate, to know its role and
+// its etcd member, and, once the node is removed, to refuse it for good.
 type NodeRecord struct {
 	// Serials are the serial numbers, in hex, of every certificate the
 	// cluster issued to the node (a join that is asked again issues
@@ -44,6 +47,13 @@ type NodeRecord struct {
 	Serials []string `json:"serials"`
 	// Learner says the node joined as a learner for good.
 	Learner bool `json:"learner,omitempty"`
+	// MemberID is the node's etcd member ID (0 if not yet known): an
+	// admitted learner has no name in etcd until it has started, so
+	// members are found by ID, not by name.
+	MemberID uint64 `json:"member_id,omitempty"`
+	// Removed says the owner removed the node: the record stays, so that
+	// neither its name nor its ticket admits it again.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Marshal encodes the record as it is kept in etcd.
