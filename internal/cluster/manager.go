@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -174,34 +175,54 @@ func (mg *Manager) serveRetimed(ctx context.Context, c *consensus.Consensus, rec
 	}
 }
 
-// serve runs the member and its join endpoint; the first to end ends both.
+// serve runs the member and the services around it, each a named
+// service under a supervisor that restarts a failed one with backoff,
+// until the member ends (consensus.ErrRetime, ErrRemoved, a failure), a
+// peer says the node was removed, or ctx ends. It returns only once every
+// service has returned: a member restarted with the cluster's timing
+// starts its services after the old ones have stopped, so that two
+// escrow loops never write the ESP at once.
 func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Record) error {
-	cluster := rec.Cluster
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	js := &join.Server{Client: c.Client, PKI: mg.pkiFiles(), Log: mg.log.With("service", "join")}
 	if mg.cfg.overrides.listenOnIP {
 		js.Addr = net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(join.Port))
 	}
-	errs := make(chan error, 3)
-	go func() { errs <- c.Run(ctx) }()
-	go func() { errs <- js.Run(ctx) }()
-	go func() { errs <- mg.watchRemoval(ctx, c, rec.Node) }()
-	go mg.reportPromotion(ctx, c)
-	go mg.keepDirectory(ctx, c, cluster)
-	if mg.cfg.Keys != nil {
-		go mg.cfg.Keys.Maintain(ctx, clusterkey.Member{Consensus: c, PKI: mg.pkiFiles(), Cluster: cluster, Node: rec.Node})
+	services := []supervisor.Service{
+		{Name: "etcd", Run: func(ctx context.Context) error { return ends(ctx, c.Run(ctx)) }},
+		{Name: "join-endpoint", Run: js.Run},
+		{Name: "removal-watch", Run: func(ctx context.Context) error { return ends(ctx, mg.watchRemoval(ctx, c, rec.Node)) }},
+		{Name: "promotion-report", Run: func(ctx context.Context) error { mg.reportPromotion(ctx, c); return nil }},
+		{Name: "member-directory", Run: func(ctx context.Context) error { mg.keepDirectory(ctx, c, rec.Cluster); return nil }},
+		{Name: "ca-key-copy", Run: func(ctx context.Context) error { return mg.keepCAKey(ctx, c) }},
 	}
-	go func() {
-		if err := mg.keepCAKey(ctx, c); err != nil && ctx.Err() == nil {
-			mg.log.Warn("keeping a copy of the cluster CA key", "err", err)
+	if k := mg.cfg.Keys; k != nil {
+		m := clusterkey.Member{Consensus: c, PKI: mg.pkiFiles(), Cluster: rec.Cluster, Node: rec.Node}
+		services = append(services, supervisor.Service{Name: "unlock-escrow", Run: func(ctx context.Context) error { return k.Maintain(ctx, m) }})
+	}
+	var running sync.WaitGroup
+	for i := range services {
+		run := services[i].Run
+		services[i].Run = func(ctx context.Context) error {
+			running.Add(1)
+			defer running.Done()
+			return run(ctx)
 		}
-	}()
-	err := <-errs
-	cancel()
-	<-errs
-	<-errs
+	}
+	err := supervisor.Run(ctx, mg.log, supervisor.Options{}, services...)
+	running.Wait()
 	return err
+}
+
+// ends is the result of a service whose end ends the member's services:
+// nil once ctx has ended, else err, fatal to the supervisor.
+func ends(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("stopped")
+	}
+	return supervisor.Fatal(err)
 }
 
 // removed records that the cluster removed the node and fails it for
