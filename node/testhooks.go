@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/efivar"
@@ -77,6 +79,11 @@ func testHooks(params cmdline.Params, st *storage.Storage) []supervisor.Service 
 	}
 	if params.Has(cmdline.TestOrphan) {
 		s = append(s, supervisor.Service{Name: "orphan-test", Run: orphanTest})
+	}
+	if dev := params[cmdline.TestCacheWrite]; dev != "" {
+		s = append(s, supervisor.Service{Name: "cache-test", Run: func(ctx context.Context) error {
+			return cacheWrite(ctx, dev)
+		}})
 	}
 	if n, err := strconv.Atoi(params[cmdline.TestMemory]); err == nil && n > 0 {
 		s = append(s, supervisor.Service{Name: "memory", Run: func(ctx context.Context) error {
@@ -245,4 +252,42 @@ func procField(path, key string) int {
 		}
 	}
 	return -1
+}
+
+// cacheWrite writes block 1 of dev ('C's) straight to the disk
+// (O_DIRECT: past the page cache), flushes the disk (fsync of a block
+// device), then writes block 0 ('B's) the same way without a flush, and
+// says so. A disk with a volatile write cache loses block 0 at a power
+// cut and keeps block 1.
+func cacheWrite(ctx context.Context, dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// O_DIRECT needs an aligned buffer: a page of its own.
+	buf, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(buf)
+	for _, b := range []struct {
+		fill  byte
+		at    int64
+		flush bool
+	}{{'C', 4096, true}, {'B', 0, false}} {
+		for i := range buf {
+			buf[i] = b.fill
+		}
+		if _, err := f.WriteAt(buf[:4096], b.at); err != nil {
+			return fmt.Errorf("writing %s at %d: %w", dev, b.at, err)
+		}
+		if b.flush {
+			if err := f.Sync(); err != nil {
+				return fmt.Errorf("flushing %s: %w", dev, err)
+			}
+		}
+	}
+	supervisor.Logger(ctx).Info("test: wrote block 1 with a flush and block 0 without one", "device", dev)
+	return nil
 }

@@ -70,6 +70,13 @@ type Options struct {
 	// Image is the raw disk image, used in place: the guest's writes
 	// persist.
 	Image string
+	// VolatileCache serves Image and OtherDisks through nbdkit with a
+	// writeback cache (apt-get install nbdkit): the guest's writes reach
+	// a disk's file only when it flushes that disk, and killing the VM
+	// loses the rest, as a power cut does to drives with a volatile write
+	// cache. Without it, whatever QEMU wrote survives a kill in the
+	// host's page cache.
+	VolatileCache bool
 	// StateDir holds the VM's firmware variables, TPM state and sockets.
 	// It is created if missing. Required.
 	StateDir string
@@ -218,7 +225,7 @@ func (o *Options) args(accel string) ([]string, error) {
 		"-nodefaults", "-display", "none", "-no-user-config",
 		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + optValue(code),
 		"-drive", "if=pflash,format=raw,unit=1,file=" + optValue(vars),
-		"-drive", "if=none,id=disk0,format=raw,file=" + optValue(o.Image),
+		"-drive", o.bootDrive(),
 	}, ram...)
 	if o.GDB != "" {
 		args = append(args, "-gdb", "unix:"+optValue(o.GDB)+",server=on,wait=off")
@@ -255,8 +262,11 @@ func (o *Options) args(accel string) ([]string, error) {
 	}
 	for i, img := range o.OtherDisks {
 		id := fmt.Sprintf("other%d", i)
-		args = append(args, "-drive", "if=none,id="+id+",format=raw,file="+optValue(img),
-			"-device", "virtio-blk-pci,drive="+id)
+		drive := "if=none,id=" + id + ",format=raw,file=" + optValue(img)
+		if o.VolatileCache {
+			drive = volatileDrive(id, o.volatileSocket(i+1))
+		}
+		args = append(args, "-drive", drive, "-device", "virtio-blk-pci,drive="+id)
 	}
 	for i, d := range o.ControllerDisks {
 		dev, err := d.args(i)
@@ -338,6 +348,15 @@ func optValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
 func (o *Options) monitorPath() string { return filepath.Join(o.StateDir, "monitor.sock") }
 func (o *Options) swtpmSocket() string { return filepath.Join(o.StateDir, "swtpm.sock") }
+
+// bootDrive is the -drive of Image: the file, or, with VolatileCache,
+// nbdkit's socket.
+func (o *Options) bootDrive() string {
+	if o.VolatileCache {
+		return volatileDrive("disk0", o.volatileSocket(0))
+	}
+	return "if=none,id=disk0,format=raw,file=" + optValue(o.Image)
+}
 
 // prepareVars gives the VM its own copy of OVMF's variable store, once.
 func (o *Options) prepareVars() error {

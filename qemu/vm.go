@@ -18,6 +18,7 @@ type VM struct {
 	opts    Options
 	cmd     *exec.Cmd
 	swtpm   *exec.Cmd
+	disks   []*volatileDisk
 	console *console
 	stderr  bytes.Buffer
 	started time.Time
@@ -65,8 +66,19 @@ func Start(ctx context.Context, opts Options) (*VM, error) {
 		return nil, err
 	}
 	vm := &VM{opts: opts, console: newConsole(opts.Console), exited: make(chan struct{})}
+	if opts.VolatileCache {
+		for i, img := range append([]string{opts.Image}, opts.OtherDisks...) {
+			d, err := startVolatileDisk(ctx, img, opts.StateDir, i)
+			if err != nil {
+				vm.stopHelpers()
+				return nil, err
+			}
+			vm.disks = append(vm.disks, d)
+		}
+	}
 	if opts.TPM {
 		if vm.swtpm, err = opts.startSwtpm(ctx); err != nil {
+			vm.stopHelpers()
 			return nil, err
 		}
 	}
@@ -84,12 +96,12 @@ func Start(ctx context.Context, opts Options) (*VM, error) {
 	opts.Logf("qemu: booting %s (%s disk, %s, %d MiB%s)", opts.Image, opts.Disk, accel, opts.MemoryMiB, tpmNote(opts.TPM))
 	vm.started = time.Now()
 	if err := vm.cmd.Start(); err != nil {
-		vm.stopSwtpm()
+		vm.stopHelpers()
 		return nil, fmt.Errorf("qemu: starting qemu-system-x86_64 (apt-get install qemu-system-x86): %w", err)
 	}
 	go func() {
 		vm.err = vm.cmd.Wait()
-		vm.stopSwtpm()
+		vm.stopHelpers()
 		close(vm.exited)
 		vm.console.close()
 	}()
@@ -103,7 +115,13 @@ func tpmNote(tpm bool) string {
 	return ""
 }
 
-func (vm *VM) stopSwtpm() {
+// stopHelpers stops what the VM's QEMU used: its TPM, and its disk's
+// cache, which loses what the guest did not flush, as the power going
+// does.
+func (vm *VM) stopHelpers() {
+	for _, d := range vm.disks {
+		d.cut()
+	}
 	if vm.swtpm != nil {
 		// --terminate ends swtpm when QEMU disconnects; this is for
 		// a QEMU that never connected.
@@ -268,7 +286,8 @@ func (vm *VM) CtrlAltDel() error {
 	return vm.monitor("sendkey ctrl-alt-delete")
 }
 
-// Kill stops QEMU at once, like pulling the plug, and waits for it.
+// Kill stops QEMU at once, like pulling the plug, and waits for it; with
+// Options.VolatileCache, what the guest did not flush is lost with it.
 func (vm *VM) Kill() {
 	_ = vm.cmd.Process.Kill()
 	<-vm.exited

@@ -37,6 +37,10 @@ const (
 	// the stub takes as the kernel command line, and arm it for the next
 	// boot: what an attacker with the machine can do without Secure Boot.
 	TestBootEntry = "borough.test.bootentry"
+	// TestCacheWrite makes the node write two blocks of the disk device
+	// named by its value straight to the disk, one with a flush and one
+	// without, for a test of disks that lose unflushed writes.
+	TestCacheWrite = "borough.test.cachewrite"
 	// TestPrefix starts every test parameter. Only these may come from
 	// outside the kernel command line (MergeTest).
 	TestPrefix = "borough.test."
