@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 )
@@ -17,7 +18,8 @@ import (
 //
 // A VM whose QEMU restarts connects again and is learned again by its
 // first frame. A slow VM drops frames rather than stalling the others, as
-// a switch port with a full queue does.
+// a switch port with a full queue does. Links between NICs can be given
+// faults (SetFault, Partition: drops, delays) and healed.
 type Hub struct {
 	path string
 	l    net.Listener
@@ -25,13 +27,19 @@ type Hub struct {
 	// ports are the connected VMs; macs maps a learned MAC to its port.
 	ports map[*hubPort]bool
 	macs  map[[6]byte]*hubPort
-	wg    sync.WaitGroup
+	// faults are the links' faults; rand draws the frames they drop.
+	faults map[link]Fault
+	rand   *rand.Rand
+	wg     sync.WaitGroup
 }
 
-// hubPort is one VM's connection.
+// hubPort is one VM's connection, and the MAC address its frames come
+// from once learned.
 type hubPort struct {
-	conn net.Conn
-	out  chan []byte
+	conn    net.Conn
+	out     chan []byte
+	mac     [6]byte
+	learned bool
 }
 
 // maxFrame bounds a frame: QEMU's NICs send at most 64 KiB with offloads.
@@ -46,7 +54,8 @@ func StartHub(path string) (*Hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu: starting the LAN hub: %w", err)
 	}
-	h := &Hub{path: path, l: l, ports: map[*hubPort]bool{}, macs: map[[6]byte]*hubPort{}}
+	h := &Hub{path: path, l: l, ports: map[*hubPort]bool{}, macs: map[[6]byte]*hubPort{},
+		faults: map[link]Fault{}, rand: rand.New(rand.NewPCG(1, 1))}
 	h.wg.Add(1)
 	go h.accept()
 	return h, nil
@@ -117,16 +126,17 @@ func (h *Hub) forward(from *hubPort, frame []byte) {
 	defer h.mu.Unlock()
 	if src[0]&1 == 0 {
 		h.macs[src] = from
+		from.mac, from.learned = src, true
 	}
 	if to, ok := h.macs[dst]; ok && dst[0]&1 == 0 {
 		if to != from {
-			send(to, frame)
+			h.deliver(src, to, frame)
 		}
 		return
 	}
 	for p := range h.ports {
 		if p != from {
-			send(p, frame)
+			h.deliver(src, p, frame)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package qemu
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -77,5 +78,132 @@ func TestHub(t *testing.T) {
 		if want && !bytes.HasSuffix(got, []byte("hello")) {
 			t.Errorf("VM %d received %q", i, got)
 		}
+	}
+}
+
+// mac is the MAC address frame gives source byte src.
+func mac(src byte) string { return fmt.Sprintf("52:54:00:00:00:%02x", src) }
+
+// unicast is a framed frame from VM src to VM dst (source bytes).
+func unicast(dst, src byte, payload string) []byte {
+	f := frame(0x52, src, payload)
+	copy(f[4:10], []byte{0x52, 0x54, 0, 0, 0, dst})
+	return f
+}
+
+// learnedHub starts a hub with n VMs whose MACs it has learned: VM i
+// sends from source byte i+1.
+func learnedHub(t *testing.T, n int) (*Hub, []net.Conn) {
+	h, err := StartHub(filepath.Join(t.TempDir(), "lan.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	vms := make([]net.Conn, n)
+	for i := range vms {
+		if vms[i], err = net.Dial("unix", h.Path()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { vms[i].Close() })
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		h.mu.Lock()
+		ports := len(h.ports)
+		h.mu.Unlock()
+		if ports == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d VMs connected", ports, n)
+		}
+	}
+	for i := range vms {
+		vms[i].Write(frame(0xff, byte(i+1), "hello"))
+		for j := range vms {
+			if j != i && receive(t, vms[j]) == nil {
+				t.Fatalf("VM %d did not receive VM %d's broadcast", j, i)
+			}
+		}
+	}
+	return h, vms
+}
+
+// TestHubFaults partitions VMs both ways and one way, delays and drops
+// frames, and heals.
+func TestHubFaults(t *testing.T) {
+	h, vms := learnedHub(t, 3)
+	// delivered sends a unicast from VM i to VM j and says whether it came.
+	delivered := func(i, j int) bool {
+		vms[i].Write(unicast(byte(j+1), byte(i+1), "ping"))
+		return receive(t, vms[j]) != nil
+	}
+	if err := h.Partition([]string{mac(1)}, []string{mac(2)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		i, j int
+		want bool
+	}{{0, 1, false}, {1, 0, false}, {0, 2, true}, {2, 1, true}} {
+		if got := delivered(tc.i, tc.j); got != tc.want {
+			t.Errorf("VM 0 and 1 partitioned: VM %d to %d delivered %v, want %v", tc.i, tc.j, got, tc.want)
+		}
+	}
+	vms[0].Write(frame(0xff, 1, "who has"))
+	if receive(t, vms[1]) != nil || receive(t, vms[2]) == nil {
+		t.Error("VM 0 and 1 partitioned: VM 0's broadcast did not reach VM 2 alone")
+	}
+	h.Heal()
+	if !delivered(0, 1) || !delivered(1, 0) {
+		t.Error("healed: VMs 0 and 1 do not reach each other")
+	}
+	if err := h.SetFault(mac(2), mac(3), Fault{Drop: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if delivered(1, 2) || !delivered(2, 1) {
+		t.Error("one way cut from VM 1 to 2: not cut that way alone")
+	}
+	h.Heal()
+	if err := h.SetFault(mac(1), mac(3), Fault{Delay: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if !delivered(0, 2) {
+		t.Error("delayed frame not delivered")
+	} else if d := time.Since(sent); d < 200*time.Millisecond {
+		t.Errorf("delayed frame came after %v, want at least 200ms", d)
+	}
+	h.Heal()
+	if err := h.SetFault(mac(1), mac(9), Fault{Drop: 2}); err == nil {
+		t.Error("a drop share of 2 was accepted")
+	}
+	if err := h.SetFault("nonsense", mac(1), Fault{Drop: 1}); err == nil {
+		t.Error("a MAC address of \"nonsense\" was accepted")
+	}
+}
+
+// TestHubLoss drops half of a link's frames, the same ones for the same
+// seed.
+func TestHubLoss(t *testing.T) {
+	count := func(seed uint64) int {
+		h, vms := learnedHub(t, 2)
+		h.Seed(seed)
+		if err := h.SetFault(mac(1), mac(2), Fault{Drop: 0.5}); err != nil {
+			t.Fatal(err)
+		}
+		for range 100 {
+			vms[0].Write(unicast(2, 1, "data"))
+		}
+		n := 0
+		for receive(t, vms[1]) != nil {
+			n++
+		}
+		return n
+	}
+	a, b := count(7), count(7)
+	if a < 25 || a > 75 {
+		t.Errorf("%d of 100 frames passed a link dropping half", a)
+	}
+	if a != b {
+		t.Errorf("the same seed passed %d and %d frames", a, b)
 	}
 }
