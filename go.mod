@@ -3,6 +3,7 @@ module github.com/borough-os/borough
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/beevik/ntp v1.6.0
 	github.com/cloudflare/circl v1.6.5
 	github.com/diskfs/go-diskfs v1.9.4
