@@ -7,7 +7,7 @@ OUT ?= out
 GO ?= go
 export BOROUGH_OUT := $(abspath $(OUT))
 
-.PHONY: image run test unit boot check-image check-release reproducible bench lint clean
+.PHONY: image run test unit boot check-image check-release reproducible bench robustness lint clean
 
 image:
 	OUT=$(OUT) ./build.sh
@@ -54,6 +54,16 @@ bench: image
 	./bench/build.sh
 	$(GO) test -run '^$$' -bench . ./internal/logtree/ ./internal/nodeapi/
 	$(GO) test -tags boot -run '^$$' -bench . -benchtime 1x -timeout 60m ./boottest/
+
+# The fault-injection suite on its own, for longer: SEED= reruns a schedule,
+# DURATION= is how long faults go on, NODES= 3 or 5. make test runs one
+# short seed of it (TestRobustness with its defaults).
+SEED ?= $(shell date +%s)
+DURATION ?= 20m
+NODES ?= 3
+robustness: image
+	SEED=$(SEED) DURATION=$(DURATION) NODES=$(NODES) \
+		$(GO) test -tags boot -count=1 -run '^TestRobustness$$' -timeout 150m -v ./boottest/
 
 clean:
 	rm -rf $(OUT)

@@ -35,21 +35,7 @@ import (
 // the cluster is expensive, the cases are not.
 func TestMultiNode(t *testing.T) {
 	config := owner(t)
-	ctx := context.Background()
-	c, err := multinode.Launch(ctx, multinode.Options{
-		Nodes: 3, Image: versionedImage(t, "1.0.0"), StateDir: t.TempDir(), Cluster: "multi", TPM: true,
-		OwnerCert: filepath.Join(config, "owner.pem"), OwnerKey: filepath.Join(config, "owner-key.pem"),
-		Logf: t.Logf,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			saveConsoles(t, c)
-		}
-		c.Kill()
-	})
+	c := launch(t, config, multinode.Options{Nodes: 3, Image: versionedImage(t, "1.0.0"), Cluster: "multi", TPM: true})
 	m := &multi{t: t, c: c, config: config}
 	t.Run("three voters", m.threeVoters)
 	t.Run("bad tickets", m.badTickets)
@@ -59,6 +45,27 @@ func TestMultiNode(t *testing.T) {
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
 	t.Run("rolling update under writes", m.rollingUpdate)
+}
+
+// launch launches a cluster owned by the owner whose config directory
+// is config, in a temporary directory, with progress logged to t; when t
+// ends it is killed, its consoles saved first if t failed.
+func launch(t *testing.T, config string, opts multinode.Options) *multinode.Cluster {
+	t.Helper()
+	opts.StateDir = t.TempDir()
+	opts.OwnerCert, opts.OwnerKey = filepath.Join(config, "owner.pem"), filepath.Join(config, "owner-key.pem")
+	opts.Logf = t.Logf
+	c, err := multinode.Launch(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			saveConsoles(t, c)
+		}
+		c.Kill()
+	})
+	return c
 }
 
 // saveConsoles prints the tail of each node's console and keeps the whole

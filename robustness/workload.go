@@ -58,18 +58,25 @@ func (w Workload) Run(ctx context.Context, h *History) {
 }
 
 // Final reads every key once through c, recording it: whatever a write
-// acknowledged must be there.
+// acknowledged must be there. A read that fails is tried again for up
+// to a minute: a cluster that has just lost power serves again after an
+// election, and its clients reconnect.
 func (w Workload) Final(c *clientv3.Client, h *History) error {
 	wk := worker{w: w, c: c, h: h, id: h.newClient(), seen: map[string]string{}}
 	for k := range w.keys() {
-		if !wk.call(Input{Kind: Get, Key: w.key(k)}) {
-			return fmt.Errorf("the final read of %s failed", w.key(k))
+		for deadline := time.Now().Add(time.Minute); !wk.call(Input{Kind: Get, Key: w.key(k)}); {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the final read of %s failed for a minute", w.key(k))
+			}
 		}
 	}
 	return nil
 }
 
 func (w Workload) key(k int) string { return w.Prefix + strconv.Itoa(k) }
+
+// failurePause is how long a worker waits after a failed call.
+const failurePause = 500 * time.Millisecond
 
 // worker is one client's loop.
 type worker struct {
@@ -118,6 +125,10 @@ func (wk *worker) call(in Input) bool {
 			wk.h.record(wk.id, in, start, end, Output{Unknown: true})
 			wk.id = wk.h.newClient()
 		}
+		// A node that is down refuses at once: without a pause, its
+		// worker would fill the history with writes of unknown outcome,
+		// each of which the check must place or leave out.
+		time.Sleep(failurePause)
 		return false
 	}
 	wk.h.record(wk.id, in, start, end, out)

@@ -70,6 +70,9 @@ type Options struct {
 	Cluster string
 	// TPM gives every node a TPM (swtpm).
 	TPM bool
+	// VolatileCache gives every node a disk that loses what it did not
+	// flush when its VM is killed (qemu.Options.VolatileCache).
+	VolatileCache bool
 	// MemoryMiB is each VM's memory; default 1024.
 	MemoryMiB int
 	// ClientPorts are the host ports forwarded to each node's client
@@ -118,6 +121,10 @@ type Node struct {
 
 // Endpoint is the node's client endpoint on the host.
 func (n *Node) Endpoint() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.ClientPort)) }
+
+// MAC is the address of n's NIC on the cluster's LAN (the hub's
+// faults name NICs by it).
+func (n *Node) MAC() string { return fmt.Sprintf("52:54:00:77:00:%02x", n.Index+1) }
 
 // API is the host's address of n's node API.
 func (n *Node) API() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.APIPort)) }
@@ -227,8 +234,8 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 	n.opts = qemu.Options{
 		Image: disk, StateDir: filepath.Join(dir, "vm"), TPM: c.opts.TPM, MemoryMiB: c.opts.MemoryMiB,
 		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: peer, Guest: 2380}, {Host: api, Guest: nodeapi.Port}},
-		LAN:  &qemu.LAN{Hub: c.Hub.Path(), MAC: fmt.Sprintf("52:54:00:77:00:%02x", i+1)},
-		Logf: c.nodeLogf(i),
+		LAN:  &qemu.LAN{Hub: c.Hub.Path(), MAC: n.MAC()},
+		Logf: c.nodeLogf(i), VolatileCache: c.opts.VolatileCache,
 	}
 	n.TestParams = c.opts.TestParams
 	if c.opts.Console != nil {

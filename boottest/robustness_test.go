@@ -1,0 +1,373 @@
+//go:build boot
+
+package boottest
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/qemu"
+	"github.com/borough-os/borough/qemu/multinode"
+	"github.com/borough-os/borough/robustness"
+)
+
+// recoveryBound is how soon after a fault heals every node must serve
+// again (TCG); a node that takes longer counts as stuck.
+const recoveryBound = 60 * time.Second
+
+// robustnessRun is what `make robustness` sets: SEED, DURATION (of the
+// faults) and NODES; make test runs the defaults, one short seed.
+type robustnessRun struct {
+	seed     uint64
+	duration time.Duration
+	nodes    int
+}
+
+func robustnessConfig(t *testing.T) robustnessRun {
+	r := robustnessRun{seed: 1, duration: 90 * time.Second, nodes: 3}
+	var err error
+	if s := os.Getenv("SEED"); s != "" {
+		if r.seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("SEED=%q is not a number", s)
+		}
+	}
+	if s := os.Getenv("DURATION"); s != "" {
+		if r.duration, err = time.ParseDuration(s); err != nil {
+			t.Fatalf("DURATION=%q is not a duration (e.g. 20m): %v", s, err)
+		}
+	}
+	if s := os.Getenv("NODES"); s != "" {
+		if r.nodes, err = strconv.Atoi(s); err != nil || (r.nodes != 3 && r.nodes != 5) {
+			t.Fatalf("NODES=%q: 3 or 5", s)
+		}
+	}
+	return r
+}
+
+// TestRobustness runs a cluster of TPM nodes whose disks lose what they
+// did not flush (nbdkit) under a recorded workload of three clients, one
+// through each of the first three nodes, while a seeded schedule injects
+// faults: power cuts of a node, of the leader, of a minority and of every
+// node (a cold restart through the unlock escrow), the leader isolated,
+// a minority split off, lossy links. After each fault heals, every node
+// must serve again within recoveryBound. At the end every node loses
+// power once more and comes back; then a read of every key, and the
+// checks: the history is linearizable (porcupine; its picture is saved
+// otherwise), so no acknowledged write is lost; no node is stuck; no data
+// partition was reformatted (same cluster ID, same volume headers). The
+// same SEED draws the same schedule.
+func TestRobustness(t *testing.T) {
+	cfg := robustnessConfig(t)
+	t.Logf("robustness: seed %d, %v of faults, %d nodes (SEED=%d reruns this schedule)", cfg.seed, cfg.duration, cfg.nodes, cfg.seed)
+	config := owner(t)
+	c := launch(t, config, multinode.Options{Nodes: cfg.nodes, Image: nodeImage(t), Cluster: "robust", TPM: true, VolatileCache: true})
+	owner, err := tls.LoadX509KeyPair(filepath.Join(config, "owner.pem"), filepath.Join(config, "owner-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &faultRun{t: t, c: c, owner: owner, rand: rand.New(rand.NewPCG(cfg.seed, 0)), faults: map[string]int{},
+		clients: map[string]*clientv3.Client{}}
+	for _, n := range c.Nodes {
+		awaitEscrow(t, n)
+	}
+	before := r.identity()
+	h := robustness.NewHistory()
+	w := robustness.Workload{Prefix: "robust/", Seed: cfg.seed}
+	for _, n := range c.Nodes[:3] {
+		w.Clients = append(w.Clients, r.client(n))
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		w.Run(ctx, h)
+		close(done)
+	}()
+	for end := time.Now().Add(cfg.duration); time.Now().Before(end); {
+		time.Sleep(time.Duration(3+r.rand.IntN(5)) * time.Second)
+		f := robustnessFaults[r.rand.IntN(len(robustnessFaults))]
+		t.Logf("robustness: fault %d: %s", len(r.log)+1, f.name)
+		r.faults[f.name]++
+		r.log = append(r.log, f.name)
+		f.inject(r)
+	}
+	stop()
+	<-done
+	t.Log("robustness: the last fault: a power cut of every node")
+	r.cutAll()
+	if err := w.Final(r.client(c.Nodes...), h); err != nil {
+		t.Fatal(err)
+	}
+	html := filepath.Join(outDir(t), "failed", t.Name(), fmt.Sprintf("history-seed%d.html", cfg.seed))
+	if err := os.MkdirAll(filepath.Dir(html), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	checkErr := h.Check(5*time.Minute, html)
+	after := r.identity()
+	t.Log(r.table(h, checkErr, before, after))
+	if checkErr != nil {
+		t.Error(checkErr)
+	}
+	if !slices.Equal(before, after) {
+		t.Errorf("the cluster or a data volume changed identity: before %v, after %v", before, after)
+	}
+	if r.stuck > 0 {
+		t.Errorf("%d times a node did not serve within %v of a fault healing", r.stuck, recoveryBound)
+	}
+}
+
+// faultRun is one run's cluster, schedule and tallies.
+type faultRun struct {
+	t       *testing.T
+	c       *multinode.Cluster
+	owner   tls.Certificate
+	rand    *rand.Rand
+	faults  map[string]int
+	log     []string
+	longest time.Duration
+	stuck   int
+	// clients are the owner's, by their endpoints.
+	clients map[string]*clientv3.Client
+}
+
+// robustnessFaults are what the schedule draws from.
+var robustnessFaults = []struct {
+	name   string
+	inject func(*faultRun)
+}{
+	{"power cut of one node", func(r *faultRun) { r.cut(r.pick(1)...) }},
+	{"power cut of the leader", func(r *faultRun) { r.cut(r.leader()) }},
+	{"power cut of a minority", func(r *faultRun) { r.cut(r.pick(r.minority())...) }},
+	{"power cut of every node", (*faultRun).cutAll},
+	{"leader isolated", func(r *faultRun) { r.partition([]*multinode.Node{r.leader()}, 0) }},
+	{"minority split off", func(r *faultRun) { r.partition(r.pick(r.minority()), 0) }},
+	{"lossy links", func(r *faultRun) { r.partition(nil, 0.3) }},
+}
+
+func (r *faultRun) minority() int { return (len(r.c.Nodes) - 1) / 2 }
+
+// pick draws k distinct nodes.
+func (r *faultRun) pick(k int) []*multinode.Node {
+	nodes := slices.Clone(r.c.Nodes)
+	r.rand.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+	return nodes[:k]
+}
+
+// client is the owner's client through nodes, made once.
+func (r *faultRun) client(nodes ...*multinode.Node) *clientv3.Client {
+	var eps []string
+	for _, n := range nodes {
+		eps = append(eps, n.Endpoint())
+	}
+	key := strings.Join(eps, ",")
+	if cl, ok := r.clients[key]; ok {
+		return cl
+	}
+	cl, err := admin.Connect(eps, r.c.CA, r.owner)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { cl.Close() })
+	r.clients[key] = cl
+	return cl
+}
+
+// leader is the node that leads, as the first node that answers says.
+func (r *faultRun) leader() *multinode.Node {
+	for deadline := time.Now().Add(recoveryBound); time.Now().Before(deadline); time.Sleep(time.Second) {
+		for _, n := range r.c.Nodes {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			st, err := r.client(n).Status(ctx, n.Endpoint())
+			cancel()
+			if err != nil || st.Leader == 0 {
+				continue
+			}
+			if l := r.byMember(st.Leader); l != nil {
+				return l
+			}
+		}
+	}
+	r.t.Fatal("no node names a leader")
+	return nil
+}
+
+// byMember finds the node of etcd member id.
+func (r *faultRun) byMember(id uint64) *multinode.Node {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := r.client(r.c.Nodes...).MemberList(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, m := range list.Members {
+		for _, n := range r.c.Nodes {
+			if m.ID == id && m.Name == n.Name {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+// cut cuts the power of nodes (their disks lose what they did not
+// flush), waits a moment, powers them on, and times until they run.
+func (r *faultRun) cut(nodes ...*multinode.Node) {
+	for _, n := range nodes {
+		n.VM.Kill()
+	}
+	time.Sleep(time.Duration(1+r.rand.IntN(4)) * time.Second)
+	healed := time.Now()
+	for _, n := range nodes {
+		if err := r.c.Restart(context.Background(), n); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		if err := r.c.WaitRunning(n); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	r.recovered(time.Since(healed))
+}
+
+func (r *faultRun) cutAll() { r.cut(r.c.Nodes...) }
+
+// partition cuts the nodes given off from the others both ways, or, with
+// none given, drops a share of the frames on every link; it heals after
+// a few seconds and times until every node answers a linearizable read.
+func (r *faultRun) partition(nodes []*multinode.Node, drop float64) {
+	r.c.Hub.Seed(r.rand.Uint64())
+	if nodes == nil {
+		for _, a := range r.c.Nodes {
+			for _, b := range r.c.Nodes {
+				if a != b {
+					if err := r.c.Hub.SetFault(a.MAC(), b.MAC(), qemu.Fault{Drop: drop}); err != nil {
+						r.t.Fatal(err)
+					}
+				}
+			}
+		}
+	} else {
+		var in, out []string
+		for _, n := range r.c.Nodes {
+			if slices.Contains(nodes, n) {
+				in = append(in, n.MAC())
+			} else {
+				out = append(out, n.MAC())
+			}
+		}
+		if err := r.c.Hub.Partition(in, out); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Duration(5+r.rand.IntN(6)) * time.Second)
+	r.c.Hub.Heal()
+	healed := time.Now()
+	for _, n := range r.c.Nodes {
+		r.awaitServing(n, healed)
+	}
+	r.recovered(time.Since(healed))
+}
+
+// awaitServing waits until n answers a linearizable read, for up to
+// recoveryBound after healed, then counts it stuck.
+func (r *faultRun) awaitServing(n *multinode.Node, healed time.Time) {
+	cl := r.client(n)
+	for time.Since(healed) < recoveryBound {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := cl.Get(ctx, "robust/serving")
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	r.t.Logf("robustness: node%d does not serve %v after the fault healed", n.Index+1, recoveryBound)
+	r.stuck++
+}
+
+func (r *faultRun) recovered(d time.Duration) {
+	r.longest = max(r.longest, d)
+	if d > recoveryBound {
+		r.t.Logf("robustness: the cluster took %v to serve again (bound %v)", d, recoveryBound)
+		r.stuck++
+	}
+}
+
+// identity is the cluster's ID and each node's data volume's: a
+// reformat changes one.
+func (r *faultRun) identity() []string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := r.client(r.c.Nodes...).MemberList(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := []string{fmt.Sprintf("cluster %x", list.Header.ClusterId)}
+	for _, n := range r.c.Nodes {
+		out = append(out, fmt.Sprintf("node%d volume %s", n.Index+1, volumeID(r.t, n.Disk())))
+	}
+	return out
+}
+
+// volumeID identifies the data volume on img: the salt of its header
+// (package crypt), as flushed to the image, which a reformat draws anew.
+func volumeID(t *testing.T, img string) string {
+	t.Helper()
+	p := dataPartition(t, img)
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 88)
+	if _, err := f.ReadAt(b, int64(p.Start)*512); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("BOROUGHV")) {
+		t.Fatalf("%s: the data partition holds no volume header", img)
+	}
+	return hex.EncodeToString(b[56:88])
+}
+
+// table is the run's summary.
+func (r *faultRun) table(h *robustness.History, checkErr error, before, after []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "robustness summary\n  faults injected:\n")
+	names := make([]string, 0, len(r.faults))
+	for k := range r.faults {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(&b, "    %-26s %d\n", k, r.faults[k])
+	}
+	fmt.Fprintf(&b, "    %-26s 1 (the last)\n", "final power cut of all")
+	fmt.Fprintf(&b, "  operations: %s\n", h)
+	anomalies := 0
+	if checkErr != nil {
+		anomalies = 1
+	}
+	fmt.Fprintf(&b, "  linearizable: %v (anomalies %d; an acknowledged write lost would be one)\n", checkErr == nil, anomalies)
+	fmt.Fprintf(&b, "  nodes stuck: %d; longest recovery: %v\n", r.stuck, r.longest.Round(100*time.Millisecond))
+	if slices.Equal(before, after) {
+		fmt.Fprintf(&b, "  reformats: none (%s and every node's data volume unchanged)\n", before[0])
+	} else {
+		fmt.Fprintf(&b, "  reformats or a new cluster: before %v, after %v\n", before, after)
+	}
+	return b.String()
+}
