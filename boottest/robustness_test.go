@@ -36,10 +36,13 @@ type robustnessRun struct {
 	seed     uint64
 	duration time.Duration
 	nodes    int
+	// faults are those the schedule draws from: every kind, or those
+	// FAULTS names (comma-separated), to go after one.
+	faults []fault
 }
 
 func robustnessConfig(t *testing.T) robustnessRun {
-	r := robustnessRun{seed: 1, duration: 90 * time.Second, nodes: 3}
+	r := robustnessRun{seed: 1, duration: 90 * time.Second, nodes: 3, faults: robustnessFaults}
 	var err error
 	if s := os.Getenv("SEED"); s != "" {
 		if r.seed, err = strconv.ParseUint(s, 10, 64); err != nil {
@@ -56,6 +59,16 @@ func robustnessConfig(t *testing.T) robustnessRun {
 			t.Fatalf("NODES=%q: 3 or 5", s)
 		}
 	}
+	if s := os.Getenv("FAULTS"); s != "" {
+		r.faults = nil
+		for _, name := range strings.Split(s, ",") {
+			i := slices.IndexFunc(robustnessFaults, func(f fault) bool { return f.name == name })
+			if i < 0 {
+				t.Fatalf("FAULTS names %q, which is no fault", name)
+			}
+			r.faults = append(r.faults, robustnessFaults[i])
+		}
+	}
 	return r
 }
 
@@ -64,7 +77,9 @@ func robustnessConfig(t *testing.T) robustnessRun {
 // through each of the first three nodes, while a seeded schedule injects
 // faults: power cuts of a node, of the leader, of a minority and of every
 // node (a cold restart through the unlock escrow), the leader isolated,
-// a minority split off, lossy links. After each fault heals, every node
+// a minority split off, lossy links, the leader's frames to the others
+// dropped one way, a fresh node's join cut by a power loss at a drawn
+// moment (then the owner removes it). After each fault heals, every node
 // must serve again within recoveryBound. At the end every node loses
 // power once more and comes back; then a read of every key, and the
 // checks: the history is linearizable (porcupine; its picture is saved
@@ -80,15 +95,15 @@ func TestRobustness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &faultRun{t: t, c: c, owner: owner, rand: rand.New(rand.NewPCG(cfg.seed, 0)), faults: map[string]int{},
-		clients: map[string]*clientv3.Client{}}
-	for _, n := range c.Nodes {
+	r := &faultRun{t: t, c: c, nodes: slices.Clone(c.Nodes), owner: owner, rand: rand.New(rand.NewPCG(cfg.seed, 0)),
+		faults: map[string]int{}, clients: map[string]*clientv3.Client{}}
+	for _, n := range r.nodes {
 		awaitEscrow(t, n)
 	}
 	before := r.identity()
 	h := robustness.NewHistory()
 	w := robustness.Workload{Prefix: "robust/", Seed: cfg.seed}
-	for _, n := range c.Nodes[:3] {
+	for _, n := range r.nodes[:3] {
 		w.Clients = append(w.Clients, r.client(n))
 	}
 	ctx, stop := context.WithCancel(context.Background())
@@ -99,7 +114,7 @@ func TestRobustness(t *testing.T) {
 	}()
 	for end := time.Now().Add(cfg.duration); time.Now().Before(end); {
 		time.Sleep(time.Duration(3+r.rand.IntN(5)) * time.Second)
-		f := robustnessFaults[r.rand.IntN(len(robustnessFaults))]
+		f := cfg.faults[r.rand.IntN(len(cfg.faults))]
 		t.Logf("robustness: fault %d: %s", len(r.log)+1, f.name)
 		r.faults[f.name]++
 		r.log = append(r.log, f.name)
@@ -109,7 +124,7 @@ func TestRobustness(t *testing.T) {
 	<-done
 	t.Log("robustness: the last fault: a power cut of every node")
 	r.cutAll()
-	if err := w.Final(r.client(c.Nodes...), h); err != nil {
+	if err := w.Final(r.client(r.nodes...), h); err != nil {
 		t.Fatal(err)
 	}
 	html := filepath.Join(outDir(t), "failed", t.Name(), fmt.Sprintf("history-seed%d.html", cfg.seed))
@@ -132,8 +147,11 @@ func TestRobustness(t *testing.T) {
 
 // faultRun is one run's cluster, schedule and tallies.
 type faultRun struct {
-	t       *testing.T
-	c       *multinode.Cluster
+	t *testing.T
+	c *multinode.Cluster
+	// nodes are the cluster's members; nodes that joined and were
+	// removed again by a fault are not among them.
+	nodes   []*multinode.Node
 	owner   tls.Certificate
 	rand    *rand.Rand
 	faults  map[string]int
@@ -144,11 +162,14 @@ type faultRun struct {
 	clients map[string]*clientv3.Client
 }
 
-// robustnessFaults are what the schedule draws from.
-var robustnessFaults = []struct {
+// fault is a kind of fault the schedule draws.
+type fault struct {
 	name   string
 	inject func(*faultRun)
-}{
+}
+
+// robustnessFaults are what the schedule draws from.
+var robustnessFaults = []fault{
 	{"power cut of one node", func(r *faultRun) { r.cut(r.pick(1)...) }},
 	{"power cut of the leader", func(r *faultRun) { r.cut(r.leader()) }},
 	{"power cut of a minority", func(r *faultRun) { r.cut(r.pick(r.minority())...) }},
@@ -156,13 +177,15 @@ var robustnessFaults = []struct {
 	{"leader isolated", func(r *faultRun) { r.partition([]*multinode.Node{r.leader()}, 0) }},
 	{"minority split off", func(r *faultRun) { r.partition(r.pick(r.minority()), 0) }},
 	{"lossy links", func(r *faultRun) { r.partition(nil, 0.3) }},
+	{"one-way cut from the leader", (*faultRun).oneWay},
+	{"join cut by a power loss", (*faultRun).cutJoin},
 }
 
-func (r *faultRun) minority() int { return (len(r.c.Nodes) - 1) / 2 }
+func (r *faultRun) minority() int { return (len(r.nodes) - 1) / 2 }
 
 // pick draws k distinct nodes.
 func (r *faultRun) pick(k int) []*multinode.Node {
-	nodes := slices.Clone(r.c.Nodes)
+	nodes := slices.Clone(r.nodes)
 	r.rand.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
 	return nodes[:k]
 }
@@ -189,7 +212,7 @@ func (r *faultRun) client(nodes ...*multinode.Node) *clientv3.Client {
 // leader is the node that leads, as the first node that answers says.
 func (r *faultRun) leader() *multinode.Node {
 	for deadline := time.Now().Add(recoveryBound); time.Now().Before(deadline); time.Sleep(time.Second) {
-		for _, n := range r.c.Nodes {
+		for _, n := range r.nodes {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			st, err := r.client(n).Status(ctx, n.Endpoint())
 			cancel()
@@ -209,12 +232,12 @@ func (r *faultRun) leader() *multinode.Node {
 func (r *faultRun) byMember(id uint64) *multinode.Node {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	list, err := r.client(r.c.Nodes...).MemberList(ctx)
+	list, err := r.client(r.nodes...).MemberList(ctx)
 	if err != nil {
 		return nil
 	}
 	for _, m := range list.Members {
-		for _, n := range r.c.Nodes {
+		for _, n := range r.nodes {
 			if m.ID == id && m.Name == n.Name {
 				return n
 			}
@@ -244,7 +267,7 @@ func (r *faultRun) cut(nodes ...*multinode.Node) {
 	r.recovered(time.Since(healed))
 }
 
-func (r *faultRun) cutAll() { r.cut(r.c.Nodes...) }
+func (r *faultRun) cutAll() { r.cut(r.nodes...) }
 
 // partition cuts the nodes given off from the others both ways, or, with
 // none given, drops a share of the frames on every link; it heals after
@@ -252,8 +275,8 @@ func (r *faultRun) cutAll() { r.cut(r.c.Nodes...) }
 func (r *faultRun) partition(nodes []*multinode.Node, drop float64) {
 	r.c.Hub.Seed(r.rand.Uint64())
 	if nodes == nil {
-		for _, a := range r.c.Nodes {
-			for _, b := range r.c.Nodes {
+		for _, a := range r.nodes {
+			for _, b := range r.nodes {
 				if a != b {
 					if err := r.c.Hub.SetFault(a.MAC(), b.MAC(), qemu.Fault{Drop: drop}); err != nil {
 						r.t.Fatal(err)
@@ -263,7 +286,7 @@ func (r *faultRun) partition(nodes []*multinode.Node, drop float64) {
 		}
 	} else {
 		var in, out []string
-		for _, n := range r.c.Nodes {
+		for _, n := range r.nodes {
 			if slices.Contains(nodes, n) {
 				in = append(in, n.MAC())
 			} else {
@@ -274,10 +297,16 @@ func (r *faultRun) partition(nodes []*multinode.Node, drop float64) {
 			r.t.Fatal(err)
 		}
 	}
+	r.heal()
+}
+
+// heal heals the network's faults after a few seconds and times until
+// every node answers a linearizable read.
+func (r *faultRun) heal() {
 	time.Sleep(time.Duration(5+r.rand.IntN(6)) * time.Second)
 	r.c.Hub.Heal()
 	healed := time.Now()
-	for _, n := range r.c.Nodes {
+	for _, n := range r.nodes {
 		r.awaitServing(n, healed)
 	}
 	r.recovered(time.Since(healed))
@@ -313,12 +342,12 @@ func (r *faultRun) recovered(d time.Duration) {
 func (r *faultRun) identity() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := r.client(r.c.Nodes...).MemberList(ctx)
+	list, err := r.client(r.nodes...).MemberList(ctx)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	out := []string{fmt.Sprintf("cluster %x", list.Header.ClusterId)}
-	for _, n := range r.c.Nodes {
+	for _, n := range r.nodes {
 		out = append(out, fmt.Sprintf("node%d volume %s", n.Index+1, volumeID(r.t, n.Disk())))
 	}
 	return out
@@ -370,4 +399,52 @@ func (r *faultRun) table(h *robustness.History, checkErr error, before, after []
 		fmt.Fprintf(&b, "  reformats or a new cluster: before %v, after %v\n", before, after)
 	}
 	return b.String()
+}
+
+// oneWay drops every frame from the leader to the others, not back, for
+// a few seconds: the leader hears its followers and they do not hear it.
+func (r *faultRun) oneWay() {
+	leader := r.leader()
+	for _, n := range r.nodes {
+		if n != leader {
+			if err := r.c.Hub.SetFault(leader.MAC(), n.MAC(), qemu.Fault{Drop: 1}); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+	}
+	r.heal()
+}
+
+// cutJoin boots a fresh node with a ticket, cuts its power at a moment
+// drawn from the first 25 s of its boot and join, powers it on again, and
+// waits until it runs; then the owner removes it, and it must say so.
+func (r *faultRun) cutJoin() {
+	n, err := r.c.AddNode()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.c.StartJoin(context.Background(), n, admin.TicketParams{}); err != nil {
+		r.t.Fatal(err)
+	}
+	at := time.Duration(r.rand.IntN(25000)) * time.Millisecond
+	time.Sleep(at)
+	r.t.Logf("robustness: cutting node%d's power %v into its join", n.Index+1, at)
+	n.VM.Kill()
+	healed := time.Now()
+	if err := r.c.Restart(context.Background(), n); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.c.WaitRunning(n); err != nil {
+		r.t.Fatal(err)
+	}
+	r.recovered(time.Since(healed))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := admin.RemoveNode(ctx, r.client(r.nodes...), n.Name); err != nil {
+		r.t.Fatalf("removing node%d after its join: %v", n.Index+1, err)
+	}
+	if _, err := n.VM.WaitFor("borough: node failed: removed from cluster", recoveryBound); err != nil {
+		r.t.Fatal(err)
+	}
+	n.VM.Kill()
 }
