@@ -383,9 +383,9 @@ func (r *faultRun) table(h *robustness.History, checkErr error, before, after []
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		fmt.Fprintf(&b, "    %-26s %d\n", k, r.faults[k])
+		fmt.Fprintf(&b, "    %-28s %d\n", k, r.faults[k])
 	}
-	fmt.Fprintf(&b, "    %-26s 1 (the last)\n", "final power cut of all")
+	fmt.Fprintf(&b, "    %-28s 1 (the last)\n", "final power cut of all")
 	fmt.Fprintf(&b, "  operations: %s\n", h)
 	anomalies := 0
 	if checkErr != nil {
