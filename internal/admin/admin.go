@@ -169,7 +169,7 @@ func RemoveNode(ctx context.Context, c *clientv3.Client, name string) (Removal, 
 		return r, err
 	}
 	for _, m := range list.Members {
-		if !isNode(m.ID, m.Name, name, nr) {
+		if !nr.Is(m, name) {
 			continue
 		}
 		if err := removeMember(ctx, c, m.ID); err != nil {
@@ -180,42 +180,15 @@ func RemoveNode(ctx context.Context, c *clientv3.Client, name string) (Removal, 
 	return r, nil
 }
 
-// isNode says whether etcd member id, named memberName, is node name of
-// record nr.
-func isNode(id uint64, memberName, name string, nr keyspace.NodeRecord) bool {
-	if nr.MemberID != 0 {
-		return id == nr.MemberID
-	}
-	return memberName == name
-}
-
-// tombstone marks node name's record removed, in a transaction that fails
-// if the record changed meanwhile, and returns it.
+// tombstone marks node name's record removed and returns it.
 func tombstone(ctx context.Context, c *clientv3.Client, name string) (keyspace.NodeRecord, error) {
-	nr, rev, found, err := keyspace.ReadNode(ctx, c, name)
-	switch {
-	case err != nil:
-		return nr, err
-	case !found:
-		return nr, fmt.Errorf("the cluster has no node %s", name)
-	case nr.Removed:
-		return nr, nil
-	}
-	nr.Removed = true
-	b, err := nr.Marshal()
-	if err != nil {
-		return nr, err
-	}
-	key := keyspace.Nodes + name
-	txn, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, string(b))).Commit()
-	if err != nil {
-		return nr, fmt.Errorf("marking node %s removed: %w", name, err)
-	}
-	if !txn.Succeeded {
-		return nr, fmt.Errorf("the record of node %s changed while it was being removed; try again", name)
-	}
-	return nr, nil
+	return keyspace.UpdateNode(ctx, c, name, func(r *keyspace.NodeRecord, found bool) error {
+		if !found {
+			return fmt.Errorf("the cluster has no node %s", name)
+		}
+		r.Removed = true
+		return nil
+	})
 }
 
 // removeMember removes a member, retrying while etcd refuses because a

@@ -104,6 +104,15 @@ func Remove(path string) error {
 	return syncfs(filepath.Dir(path))
 }
 
+// RemoveAll removes path and everything under it, durably, as Remove
+// does a file.
+func RemoveAll(path string) error {
+	if err := os.RemoveAll(path); err != nil {
+		return err
+	}
+	return syncfs(filepath.Dir(path))
+}
+
 // Erase overwrites path with zeros where it lies on the disk, syncs, and
 // then Removes it: for a key, which an undeleted directory entry would
 // otherwise give back. FAT and ext4 (without data journalling) write over

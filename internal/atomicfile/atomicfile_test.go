@@ -166,3 +166,27 @@ func TestErase(t *testing.T) {
 		})
 	}
 }
+
+func TestRemoveAll(t *testing.T) {
+	dir := t.TempDir()
+	tree := filepath.Join(dir, "tree")
+	if err := os.MkdirAll(filepath.Join(tree, "member", "wal"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "member", "wal", "0.wal"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, path string }{
+		{"a tree", tree},
+		{"already gone", filepath.Join(dir, "absent")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := RemoveAll(tc.path); err != nil {
+				t.Fatalf("RemoveAll(%s) = %v", tc.path, err)
+			}
+			if _, err := os.Stat(tc.path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s still there after RemoveAll: %v", tc.path, err)
+			}
+		})
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/borough-os/borough/esp"
@@ -97,8 +96,8 @@ func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus
 	if dir.Exists {
 		mg.log.Warn("removing what the unfinished join left in etcd's data directory",
 			"wal", dir.WAL, "database", dir.DB, "member", rec.MemberID)
-		if err := consensus.Wipe(mg.etcdDir()); err != nil {
-			return nil, nil, err
+		if err := atomicfile.RemoveAll(mg.etcdDir()); err != nil {
+			return nil, nil, fmt.Errorf("removing etcd's data directory: %w", err)
 		}
 	}
 	if err := mg.writeJoinPKI(resp, key, rec); err != nil {
@@ -147,15 +146,8 @@ func (mg *Manager) unfinished(ctx context.Context, rec *Record) (*consensus.Cons
 	}
 	mg.log.Info("etcd's data directory holds this member's log; restarting it", "member", rec.MemberID)
 	c, err := mg.startMember(ctx, rec)
-	if errors.Is(err, errWasRemoved) {
-		return nil, dir, mg.recordRemoval(rec)
-	}
 	if err != nil {
 		return nil, dir, err
-	}
-	if c.Removed() {
-		c.Close()
-		return nil, dir, mg.recordRemoval(rec)
 	}
 	if err := mg.member(rec, c); err != nil {
 		c.Close()
@@ -195,8 +187,6 @@ func (mg *Manager) askToJoin(ctx context.Context, rec *Record, key crypto.Signer
 	rec.MemberID = id
 	return resp, nil
 }
-
-func hexID64(id uint64) string { return strconv.FormatUint(id, 16) }
 
 // nodeKey returns the node's private key from the data volume, making it
 // on the first try: a join that is tried again must use the same key,

@@ -270,7 +270,7 @@ func (j *joinCrashCluster) run(t *testing.T, c joinCrash, ip string, bySnapshot 
 			t.Fatal(err)
 		}
 	}
-	rec, err := readRecord(filepath.Join(dir, "data", "borough", "node-state.json"))
+	rec, err := readRecord(dataRecordIn(dir))
 	if err != nil || rec == nil {
 		t.Fatalf("the node state record after the cut: %v, %v", rec, err)
 	}
@@ -291,10 +291,16 @@ func (j *joinCrashCluster) run(t *testing.T, c joinCrash, ip string, bySnapshot 
 	j.checkJoined(t, dir)
 }
 
+// dataRecordIn is the data volume's node state record of the joining
+// node in dir (Manager.dataRecord).
+func dataRecordIn(dir string) string {
+	return (&Manager{cfg: Config{DataRoot: filepath.Join(dir, "data")}}).dataRecord()
+}
+
 // checkJoined checks that the node in dir is a member whose record, log
 // and the cluster agree, then removes it.
 func (j *joinCrashCluster) checkJoined(t *testing.T, dir string) {
-	rec, err := readRecord(filepath.Join(dir, "data", "borough", "node-state.json"))
+	rec, err := readRecord(dataRecordIn(dir))
 	if err != nil || rec == nil || rec.Phase != PhaseMember {
 		t.Fatalf("the node state record: %+v, %v; want a member's", rec, err)
 	}
@@ -325,7 +331,7 @@ func (j *joinCrashCluster) checkJoined(t *testing.T, dir string) {
 // checkRemoved checks that the node in dir recorded its removal and that
 // the cluster has no member left of it.
 func (j *joinCrashCluster) checkRemoved(t *testing.T, dir string) {
-	rec, err := readRecord(filepath.Join(dir, "data", "borough", "node-state.json"))
+	rec, err := readRecord(dataRecordIn(dir))
 	if err != nil || rec == nil || rec.Phase != PhaseRemoved {
 		t.Errorf("the node state record: %+v, %v; want a removed node's", rec, err)
 	}

@@ -151,7 +151,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, consensus.ErrRemoved):
+	case errors.Is(err, consensus.ErrRemoved), errors.Is(err, errWasRemoved):
 		return mg.removed(rec)
 	}
 	return supervisor.Fatal(fmt.Errorf("the cluster member stopped: %w", err))

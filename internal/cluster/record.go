@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/pki"
@@ -65,6 +66,9 @@ func readRecord(path string) (*Record, error) {
 var errDamaged = errors.New("damaged")
 
 var hexID = regexp.MustCompile(`^[0-9a-f]{1,16}$`)
+
+// hexID64 is an etcd ID as a record holds it (hexID).
+func hexID64(id uint64) string { return strconv.FormatUint(id, 16) }
 
 // check checks that r's fields are of the form a node writes.
 func (r *Record) check() error {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/borough-os/borough/internal/consensus"
@@ -26,17 +25,10 @@ func (mg *Manager) restart(ctx context.Context, rec *Record) (*consensus.Consens
 		return nil, err
 	}
 	c, err := mg.startMember(ctx, rec)
-	if errors.Is(err, errWasRemoved) {
-		return nil, mg.recordRemoval(rec)
-	}
 	if err != nil {
 		return nil, err
 	}
-	if c.Removed() {
-		c.Close()
-		return nil, errRemoved(rec.Cluster)
-	}
-	if id := strconv.FormatUint(c.ClusterID(), 16); id != rec.ClusterID {
+	if id := hexID64(c.ClusterID()); id != rec.ClusterID {
 		c.Close()
 		return nil, fmt.Errorf("etcd's data is of cluster %s, the node state record says %s", id, rec.ClusterID)
 	}
@@ -62,10 +54,25 @@ const statusAfter = 10 * time.Second
 
 // startMember starts etcd from its data. If etcd is not ready soon, the
 // peers may be refusing the node: it asks them (package join's status)
-// every few seconds, and stops with errRemoved once one says the cluster
-// removed it. It asks them too when etcd fails to start, which it does
-// when a peer that has not yet revoked the node tells it it was removed.
+// every few seconds, and stops once one says the cluster removed it. It
+// asks them too when etcd fails to start, which it does when a peer that
+// has not yet revoked the node tells it it was removed. A removal, said
+// so or seen by etcd as it starts, is recorded in the node state records
+// (recordRemoval), and the error says it.
 func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Consensus, error) {
+	c, err := mg.startOrRemoved(ctx, rec)
+	if errors.Is(err, errWasRemoved) {
+		return nil, mg.recordRemoval(rec)
+	}
+	if err == nil && c.Removed() {
+		c.Close()
+		return nil, mg.recordRemoval(rec)
+	}
+	return c, err
+}
+
+// startOrRemoved is startMember before it records a removal.
+func (mg *Manager) startOrRemoved(ctx context.Context, rec *Record) (*consensus.Consensus, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {

@@ -89,20 +89,3 @@ func walMetadata(dir string) (*etcdserverpb.Metadata, error) {
 	}
 	return &md, nil
 }
-
-// Wipe removes the etcd data directory dir, durably: etcd must not find
-// any of it at its next start, whenever the power goes.
-func Wipe(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("removing etcd's data directory %s: %w", dir, err)
-	}
-	parent, err := os.Open(filepath.Dir(dir))
-	if err != nil {
-		return err
-	}
-	defer parent.Close()
-	if err := parent.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", filepath.Dir(dir), err)
-	}
-	return nil
-}

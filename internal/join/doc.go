@@ -21,8 +21,8 @@
 // before the record shows up as etcd's ErrPeerURLExist (or ErrMemberExist
 // within the same second), which finds the member instead of failing. A
 // ticket claimed by one key admits no other. A node the owner removed
-// (its record is a tombstone, or its recorded member is gone) is refused
-// for good, even with its own claimed ticket.
+// (its record is a tombstone) is refused for good, even with its own
+// claimed ticket.
 //
 // A refusal (unknown, forged, expired or used ticket; a bad request; a
 // removed node, as HTTP 410 and Refusal.Removed) is final and comes back

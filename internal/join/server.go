@@ -186,31 +186,30 @@ func (s *Server) removed(ctx context.Context, chain []*x509.Certificate) (bool, 
 		}
 	}
 	name := chain[0].Subject.CommonName
-	nr, _, found, err := keyspace.ReadNode(ctx, s.Client, name)
+	nr, err := keyspace.ReadNode(ctx, s.Client, name)
 	if err != nil {
 		return false, err
 	}
-	if found && nr.Removed {
+	if nr.Removed {
 		return true, nil
 	}
-	_, ok, err := s.member(ctx, name, nr.MemberID)
-	return !ok, err
+	m, err := s.member(ctx, name, nr)
+	return m == nil, err
 }
 
-// member finds node name's etcd member: by its ID when the cluster
-// recorded one (a learner that has not started has no name), else by
-// name.
-func (s *Server) member(ctx context.Context, name string, id uint64) (*etcdserverpb.Member, bool, error) {
+// member finds node name's etcd member (NodeRecord.Is), nil if it has
+// none.
+func (s *Server) member(ctx context.Context, name string, nr keyspace.NodeRecord) (*etcdserverpb.Member, error) {
 	list, err := s.Client.MemberList(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("listing members: %w", err)
+		return nil, fmt.Errorf("listing members: %w", err)
 	}
 	for _, m := range list.Members {
-		if (id != 0 && m.ID == id) || (id == 0 && m.Name == name) {
-			return m, true, nil
+		if nr.Is(m, name) {
+			return m, nil
 		}
 	}
-	return nil, false, nil
+	return nil, nil
 }
 
 // record reads the record of the request's ticket and its revision (0 if
@@ -265,11 +264,11 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 	if err != nil {
 		return nil, err
 	}
-	if known != 0 && req.GetReplaceMember() {
+	if known != nil && req.GetReplaceMember() {
 		if err := s.replace(ctx, name, known); err != nil {
 			return nil, err
 		}
-		known = 0
+		known = nil
 	}
 	ca, err := keyspace.ReadCA(ctx, s.Client)
 	if err != nil {
@@ -280,11 +279,11 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 		return nil, refuse("%v", err)
 	}
 	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(advertised(csr), consensus.PeerPort).String()}
-	id := known
-	if id == 0 {
-		if id, err = s.addLearner(ctx, name, peer.String()); err != nil {
-			return nil, err
-		}
+	var id uint64
+	if known != nil {
+		id = known.ID
+	} else if id, err = s.addLearner(ctx, name, peer.String()); err != nil {
+		return nil, err
 	}
 	if err := keyspace.AddSerial(ctx, s.Client, name, cert.SerialNumber.Text(16), rec.GetLearnerForGood(), id); err != nil {
 		return nil, err
@@ -298,50 +297,40 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 	return resp, nil
 }
 
-// admitted returns the etcd member ID the cluster recorded for node name
-// when it admitted it before, if that member is still there (0 if not: a
+// admitted returns the etcd member the cluster recorded for node name
+// when it admitted it before, if that member is still there (nil if not: a
 // first request, one whose earlier attempt stopped before the record, or
 // one whose member was replaced), once it has checked that the owner did
 // not remove the node since: the owner's removal leaves a tombstone, so a
 // node removed while it was joining does not come back with its claimed
 // ticket.
-func (s *Server) admitted(ctx context.Context, name string) (uint64, error) {
-	nr, _, found, err := keyspace.ReadNode(ctx, s.Client, name)
+func (s *Server) admitted(ctx context.Context, name string) (*etcdserverpb.Member, error) {
+	nr, err := keyspace.ReadNode(ctx, s.Client, name)
 	switch {
 	case err != nil:
-		return 0, err
-	case found && nr.Removed:
-		return 0, refuseRemoved(name)
-	case !found || nr.MemberID == 0:
-		return 0, nil
+		return nil, err
+	case nr.Removed:
+		return nil, refuseRemoved(name)
+	case nr.MemberID == 0:
+		return nil, nil
 	}
-	_, ok, err := s.member(ctx, name, nr.MemberID)
-	if err != nil || !ok {
-		return 0, err
-	}
-	return nr.MemberID, nil
+	return s.member(ctx, name, nr)
 }
 
-// replace removes learner id, node name's member, which the node lost the
+// replace removes learner m, node name's member, which the node lost the
 // data of, so that it is admitted again as a new member: raft forbids a
 // member to come back with less of the log than it acknowledged (its
 // leader would commit entries the member no longer has, and it panics).
 // A learner counts in no quorum, so nothing is lost; a voter is never
 // replaced so.
-func (s *Server) replace(ctx context.Context, name string, id uint64) error {
-	m, ok, err := s.member(ctx, name, id)
-	switch {
-	case err != nil:
-		return err
-	case !ok:
-		return nil
-	case !m.IsLearner:
-		return refuse("member %x of node %s is a voter: a voter that lost its data is not replaced by a join; recover it by hand", id, name)
+func (s *Server) replace(ctx context.Context, name string, m *etcdserverpb.Member) error {
+	if !m.IsLearner {
+		return refuse("member %x of node %s is a voter: a voter that lost its data is not replaced by a join; recover it by hand", m.ID, name)
 	}
-	if _, err := s.Client.MemberRemove(ctx, id); err != nil {
-		return fmt.Errorf("removing member %x to replace it: %w", id, err)
+	if _, err := s.Client.MemberRemove(ctx, m.ID); err != nil {
+		return fmt.Errorf("removing member %x to replace it: %w", m.ID, err)
 	}
-	s.Log.Info("removed a joining node's learner to admit it again", "node", name, "member", strconv.FormatUint(id, 16))
+	s.Log.Info("removed a joining node's learner to admit it again", "node", name, "member", strconv.FormatUint(m.ID, 16))
 	return nil
 }
 

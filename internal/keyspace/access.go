@@ -35,53 +35,75 @@ func ReadCA(ctx context.Context, kv clientv3.KV) (*pki.CA, error) {
 	return &pki.CA{Cert: cert, Key: key}, nil
 }
 
-// AddSerial adds a certificate serial to node name's record, in a
-// transaction that fails if the record changed meanwhile. A node without a
-// record gets one, with learner as its role; memberID, if not 0, is
-// recorded as the node's etcd member.
+// AddSerial adds a certificate serial to node name's record (UpdateNode).
+// A node without a record gets one, with learner as its role; memberID,
+// if not 0, is recorded as the node's etcd member. A removed node's
+// record takes no serial.
 func AddSerial(ctx context.Context, kv clientv3.KV, name, serial string, learner bool, memberID uint64) error {
-	key := Nodes + name
-	r, rev, found, err := ReadNode(ctx, kv, name)
+	_, err := UpdateNode(ctx, kv, name, func(r *NodeRecord, found bool) error {
+		if !found {
+			r.Learner = learner
+		}
+		if r.Removed {
+			return fmt.Errorf("node %s was removed from the cluster", name)
+		}
+		if memberID != 0 {
+			r.MemberID = memberID
+		}
+		r.Serials = append(r.Serials, serial)
+		return nil
+	})
+	return err
+}
+
+// UpdateNode changes node name's record with change, which gets the
+// record (the zero record if the cluster has none, found false), in a
+// transaction that fails if the record changed meanwhile, and returns the
+// record written.
+func UpdateNode(ctx context.Context, kv clientv3.KV, name string, change func(r *NodeRecord, found bool) error) (NodeRecord, error) {
+	r, rev, err := readNode(ctx, kv, name)
 	if err != nil {
-		return err
+		return r, err
 	}
-	if !found {
-		r = NodeRecord{Learner: learner}
+	if err := change(&r, rev != 0); err != nil {
+		return r, err
 	}
-	if r.Removed {
-		return fmt.Errorf("node %s was removed from the cluster", name)
-	}
-	if memberID != 0 {
-		r.MemberID = memberID
-	}
-	r.Serials = append(r.Serials, serial)
 	b, err := r.Marshal()
 	if err != nil {
-		return err
+		return r, err
 	}
+	key := Nodes + name
 	txn, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 		Then(clientv3.OpPut(key, string(b))).Commit()
 	if err != nil {
-		return fmt.Errorf("recording node %s: %w", name, err)
+		return r, fmt.Errorf("recording node %s: %w", name, err)
 	}
 	if !txn.Succeeded {
-		return fmt.Errorf("the record of node %s changed meanwhile; try again", name)
+		return r, fmt.Errorf("the record of node %s changed meanwhile; try again", name)
 	}
-	return nil
+	return r, nil
 }
 
-// ReadNode reads node name's record and its revision; found is false when
-// the cluster has none.
-func ReadNode(ctx context.Context, kv clientv3.KV, name string) (r NodeRecord, rev int64, found bool, err error) {
+// ReadNode reads node name's record: the zero record if the cluster has
+// none.
+func ReadNode(ctx context.Context, kv clientv3.KV, name string) (NodeRecord, error) {
+	r, _, err := readNode(ctx, kv, name)
+	return r, err
+}
+
+// readNode reads node name's record and its revision, 0 if the cluster
+// has none.
+func readNode(ctx context.Context, kv clientv3.KV, name string) (NodeRecord, int64, error) {
+	var r NodeRecord
 	resp, err := kv.Get(ctx, Nodes+name)
 	if err != nil {
-		return r, 0, false, fmt.Errorf("reading the record of node %s: %w", name, err)
+		return r, 0, fmt.Errorf("reading the record of node %s: %w", name, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return r, 0, false, nil
+		return r, 0, nil
 	}
 	if r, err = ParseNodeRecord(resp.Kvs[0].Value); err != nil {
-		return r, 0, false, fmt.Errorf("the record of node %s: %w", name, err)
+		return r, 0, fmt.Errorf("the record of node %s: %w", name, err)
 	}
-	return r, resp.Kvs[0].ModRevision, true, nil
+	return r, resp.Kvs[0].ModRevision, nil
 }

@@ -17,7 +17,11 @@
 // again takes a new ticket from the owner and a new name.
 package keyspace
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+)
 
 // Keys Borough keeps in etcd.
 const (
@@ -54,6 +58,16 @@ type NodeRecord struct {
 	// Removed says the owner removed the node: the record stays, so that
 	// neither its name nor its ticket admits it again.
 	Removed bool `json:"removed,omitempty"`
+}
+
+// Is says whether etcd member m is node name of this record: by the
+// member ID the cluster recorded (a learner that has not started has no
+// name in etcd), or by name for a record without one.
+func (r NodeRecord) Is(m *etcdserverpb.Member, name string) bool {
+	if r.MemberID != 0 {
+		return m.ID == r.MemberID
+	}
+	return m.Name == name
 }
 
 // Marshal encodes the record as it is kept in etcd.
