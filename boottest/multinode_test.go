@@ -467,25 +467,11 @@ func (m *multi) newAddress(t *testing.T) {
 // leader is the node that leads the cluster.
 func (m *multi) leader(t *testing.T) *multinode.Node {
 	t.Helper()
-	cl := m.client(t, m.c.Nodes[0])
-	ctx := timeout(t, 30*time.Second)
-	st, err := cl.Status(ctx, m.c.Nodes[0].Endpoint())
+	l, err := m.c.Leader(timeout(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := cl.MemberList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mb := range list.Members {
-		for _, n := range m.c.Nodes {
-			if mb.ID == st.Leader && mb.Name == n.Name {
-				return n
-			}
-		}
-	}
-	t.Fatalf("no node leads (leader %x)", st.Leader)
-	return nil
+	return l
 }
 
 // writer puts keys one after another and keeps those acknowledged, and

@@ -3,7 +3,6 @@
 package boottest
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/hex"
@@ -21,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/crypt"
 	"github.com/borough-os/borough/qemu"
 	"github.com/borough-os/borough/qemu/multinode"
 	"github.com/borough-os/borough/robustness"
@@ -209,40 +209,17 @@ func (r *faultRun) client(nodes ...*multinode.Node) *clientv3.Client {
 	return cl
 }
 
-// leader is the node that leads, as the first node that answers says.
+// leader is the node that leads, once one does (an election may be
+// under way).
 func (r *faultRun) leader() *multinode.Node {
+	var err error
 	for deadline := time.Now().Add(recoveryBound); time.Now().Before(deadline); time.Sleep(time.Second) {
-		for _, n := range r.nodes {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			st, err := r.client(n).Status(ctx, n.Endpoint())
-			cancel()
-			if err != nil || st.Leader == 0 {
-				continue
-			}
-			if l := r.byMember(st.Leader); l != nil {
-				return l
-			}
+		var l *multinode.Node
+		if l, err = r.c.Leader(context.Background()); err == nil {
+			return l
 		}
 	}
-	r.t.Fatal("no node names a leader")
-	return nil
-}
-
-// byMember finds the node of etcd member id.
-func (r *faultRun) byMember(id uint64) *multinode.Node {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	list, err := r.client(r.nodes...).MemberList(ctx)
-	if err != nil {
-		return nil
-	}
-	for _, m := range list.Members {
-		for _, n := range r.nodes {
-			if m.ID == id && m.Name == n.Name {
-				return n
-			}
-		}
-	}
+	r.t.Fatal(err)
 	return nil
 }
 
@@ -357,20 +334,11 @@ func (r *faultRun) identity() []string {
 // (package crypt), as flushed to the image, which a reformat draws anew.
 func volumeID(t *testing.T, img string) string {
 	t.Helper()
-	p := dataPartition(t, img)
-	f, err := os.Open(img)
-	if err != nil {
-		t.Fatal(err)
+	state, h, err := crypt.Probe(dataSection(t, img))
+	if err != nil || state != crypt.StateFormatted {
+		t.Fatalf("%s: the data partition holds no volume header (%v, %v)", img, state, err)
 	}
-	defer f.Close()
-	b := make([]byte, 88)
-	if _, err := f.ReadAt(b, int64(p.Start)*512); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.HasPrefix(b, []byte("BOROUGHV")) {
-		t.Fatalf("%s: the data partition holds no volume header", img)
-	}
-	return hex.EncodeToString(b[56:88])
+	return hex.EncodeToString(h.Salt[:])
 }
 
 // table is the run's summary.

@@ -207,17 +207,24 @@ func espTarget(t *testing.T, img string) string {
 	return fmt.Sprintf("%s@@%d", img, findPartition(t, img, partition.ESPType).Start*512)
 }
 
-// dataHash hashes the image's data partition.
-func dataHash(t *testing.T, img string) [32]byte {
+// dataSection reads the image's data partition; it is closed when the
+// test ends.
+func dataSection(t *testing.T, img string) *io.SectionReader {
 	t.Helper()
 	p := dataPartition(t, img)
 	f, err := os.Open(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
+	return io.NewSectionReader(f, int64(p.Start)*512, int64(p.End-p.Start+1)*512)
+}
+
+// dataHash hashes the image's data partition.
+func dataHash(t *testing.T, img string) [32]byte {
+	t.Helper()
 	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(f, int64(p.Start)*512, int64(p.End-p.Start+1)*512)); err != nil {
+	if _, err := io.Copy(h, dataSection(t, img)); err != nil {
 		t.Fatal(err)
 	}
 	var sum [32]byte

@@ -225,7 +225,7 @@ func (o *Options) args(accel string) ([]string, error) {
 		"-nodefaults", "-display", "none", "-no-user-config",
 		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + optValue(code),
 		"-drive", "if=pflash,format=raw,unit=1,file=" + optValue(vars),
-		"-drive", o.bootDrive(),
+		"-drive", o.writableDrive("disk0", o.Image, 0),
 	}, ram...)
 	if o.GDB != "" {
 		args = append(args, "-gdb", "unix:"+optValue(o.GDB)+",server=on,wait=off")
@@ -262,11 +262,7 @@ func (o *Options) args(accel string) ([]string, error) {
 	}
 	for i, img := range o.OtherDisks {
 		id := fmt.Sprintf("other%d", i)
-		drive := "if=none,id=" + id + ",format=raw,file=" + optValue(img)
-		if o.VolatileCache {
-			drive = volatileDrive(id, o.volatileSocket(i+1))
-		}
-		args = append(args, "-drive", drive, "-device", "virtio-blk-pci,drive="+id)
+		args = append(args, "-drive", o.writableDrive(id, img, i+1), "-device", "virtio-blk-pci,drive="+id)
 	}
 	for i, d := range o.ControllerDisks {
 		dev, err := d.args(i)
@@ -349,13 +345,15 @@ func optValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 func (o *Options) monitorPath() string { return filepath.Join(o.StateDir, "monitor.sock") }
 func (o *Options) swtpmSocket() string { return filepath.Join(o.StateDir, "swtpm.sock") }
 
-// bootDrive is the -drive of Image: the file, or, with VolatileCache,
-// nbdkit's socket.
-func (o *Options) bootDrive() string {
-	if o.VolatileCache {
-		return volatileDrive("disk0", o.volatileSocket(0))
+// awaitSocket waits up to 10 s for a helper (swtpm, nbdkit) to create
+// its socket at path, and says whether it did.
+func awaitSocket(path string) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
 	}
-	return "if=none,id=disk0,format=raw,file=" + optValue(o.Image)
+	return false
 }
 
 // prepareVars gives the VM its own copy of OVMF's variable store, once.
@@ -394,11 +392,8 @@ func (o *Options) startSwtpm(ctx context.Context) (*exec.Cmd, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("qemu: starting swtpm (apt-get install swtpm): %w", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if _, err := os.Stat(o.swtpmSocket()); err == nil {
-			return cmd, nil
-		}
-		time.Sleep(20 * time.Millisecond)
+	if awaitSocket(o.swtpmSocket()) {
+		return cmd, nil
 	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()

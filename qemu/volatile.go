@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // volatileDisk serves a raw image over NBD on a unix socket through
@@ -39,10 +38,8 @@ func startVolatileDisk(ctx context.Context, image, dir string, i int) (*volatile
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("qemu: starting nbdkit for %s (apt-get install nbdkit): %w", image, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(d.socket); err == nil {
-			return d, nil
-		}
+	if awaitSocket(d.socket) {
+		return d, nil
 	}
 	d.cut()
 	return nil, fmt.Errorf("qemu: nbdkit did not create its socket for %s: %s", image, stderr.String())
@@ -60,10 +57,12 @@ func volatileSocket(dir string, i int) string {
 	return filepath.Join(dir, "disk"+strconv.Itoa(i)+".nbd")
 }
 
-func (o *Options) volatileSocket(i int) string { return volatileSocket(o.StateDir, i) }
-
-// volatileDrive is the QEMU -drive, named id, that reaches the image
-// served on socket.
-func volatileDrive(id, socket string) string {
-	return "if=none,id=" + id + ",format=raw,file.driver=nbd,file.server.type=unix,file.server.path=" + optValue(socket)
+// writableDrive is the QEMU -drive, named id, of writable image, disk i
+// of the VM: the file, or, with VolatileCache, its nbdkit's socket.
+func (o *Options) writableDrive(id, image string, i int) string {
+	if o.VolatileCache {
+		return "if=none,id=" + id + ",format=raw,file.driver=nbd,file.server.type=unix,file.server.path=" +
+			optValue(volatileSocket(o.StateDir, i))
+	}
+	return "if=none,id=" + id + ",format=raw,file=" + optValue(image)
 }

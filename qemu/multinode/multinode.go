@@ -518,6 +518,50 @@ func (c *Cluster) Client() (*clientv3.Client, error) {
 	return admin.Connect(c.Endpoints(), c.CA, c.owner)
 }
 
+// Leader is the node that leads the cluster, as the first running node
+// that answers says; nodes that are down or cut off are passed over.
+func (c *Cluster) Leader(ctx context.Context) (*Node, error) {
+	var errs []error
+	for _, n := range c.Nodes {
+		if n.VM == nil {
+			continue
+		}
+		l, err := c.leaderSays(ctx, n)
+		if err == nil {
+			return l, nil
+		}
+		errs = append(errs, fmt.Errorf("node %d: %w", n.Index+1, err))
+	}
+	return nil, fmt.Errorf("no node names a leader: %w", errors.Join(errs...))
+}
+
+// leaderSays is the node n says leads.
+func (c *Cluster) leaderSays(ctx context.Context, n *Node) (*Node, error) {
+	cl, err := admin.Connect([]string{n.Endpoint()}, c.CA, c.owner)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := cl.Status(ctx, n.Endpoint())
+	if err != nil {
+		return nil, err
+	}
+	list, err := cl.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range list.Members {
+		for _, l := range c.Nodes {
+			if m.ID == st.Leader && m.Name == l.Name {
+				return l, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("it names leader %x, no node of the cluster", st.Leader)
+}
+
 // Kill stops every VM at once and the hub.
 func (c *Cluster) Kill() {
 	for _, n := range c.Nodes {
