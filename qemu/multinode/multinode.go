@@ -33,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -98,6 +99,8 @@ type Cluster struct {
 	CA          *x509.Certificate
 	CAFile      string
 	owner       tls.Certificate
+	// given are the host ports port gave out.
+	given map[int]bool
 }
 
 // Node is one VM of the cluster.
@@ -170,7 +173,7 @@ func Launch(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{opts: opts, Hub: hub, owner: owner, CAFile: filepath.Join(opts.StateDir, "ca.pem")}
+	c = &Cluster{opts: opts, Hub: hub, owner: owner, CAFile: filepath.Join(opts.StateDir, "ca.pem"), given: map[int]bool{}}
 	defer func() {
 		if err != nil {
 			c.Kill()
@@ -207,28 +210,17 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 			return nil, err
 		}
 	}
-	port := 0
-	if i < len(c.opts.ClientPorts) {
-		port = c.opts.ClientPorts[i]
-	}
-	if port == 0 {
-		var err error
-		if port, err = freePort(); err != nil {
-			return nil, err
-		}
-	}
-	peer, err := freePort()
+	port, err := c.port(c.opts.ClientPorts, i)
 	if err != nil {
 		return nil, err
 	}
-	api := 0
-	if i < len(c.opts.APIPorts) {
-		api = c.opts.APIPorts[i]
+	peer, err := c.port(nil, i)
+	if err != nil {
+		return nil, err
 	}
-	if api == 0 {
-		if api, err = freePort(); err != nil {
-			return nil, err
-		}
+	api, err := c.port(c.opts.APIPorts, i)
+	if err != nil {
+		return nil, err
 	}
 	n := &Node{Index: i, ClientPort: port, PeerPort: peer, APIPort: api, LAN: netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)})}
 	n.opts = qemu.Options{
@@ -586,13 +578,27 @@ func (c *Cluster) PowerOff(timeout time.Duration) error {
 	return errors.Join(errs...)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// port is node i's port from ports, or, where that has none, a free one
+// that the cluster has not given out before: the kernel may hand the
+// same free port to two requests in a row once the first has closed it,
+// and two forwards of one port make QEMU fail to start.
+func (c *Cluster) port(ports []int, i int) (int, error) {
+	if i < len(ports) && ports[i] != 0 {
+		return ports[i], nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !c.given[p] && !slices.Contains(c.opts.ClientPorts, p) && !slices.Contains(c.opts.APIPorts, p) {
+			c.given[p] = true
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free port on 127.0.0.1 that the cluster has not given out")
 }
 
 // copySparse copies a disk image, keeping its holes.
