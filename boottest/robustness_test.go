@@ -74,12 +74,15 @@ func robustnessConfig(t *testing.T) robustnessRun {
 
 // TestRobustness runs a cluster of TPM nodes whose disks lose what they
 // did not flush (nbdkit) under a recorded workload of three clients, one
-// through each of the first three nodes, while a seeded schedule injects
+// through each of the first three nodes (or the node that replaced it),
+// while a seeded schedule injects
 // faults: power cuts of a node, of the leader, of a minority and of every
 // node (a cold restart through the unlock escrow), the leader isolated,
 // a minority split off, lossy links, the leader's frames to the others
 // dropped one way, a fresh node's join cut by a power loss at a drawn
-// moment (then the owner removes it). After each fault heals, every node
+// moment (then the owner removes it), a member removed and a fresh node
+// joined in its place, a rolling update of every member, one node's
+// clock stepped forward or back. After each fault heals, every node
 // must serve again within recoveryBound. At the end every node loses
 // power once more and comes back; then a read of every key, and the
 // checks: the history is linearizable (porcupine; its picture is saved
@@ -90,12 +93,12 @@ func TestRobustness(t *testing.T) {
 	cfg := robustnessConfig(t)
 	t.Logf("robustness: seed %d, %v of faults, %d nodes (SEED=%d reruns this schedule)", cfg.seed, cfg.duration, cfg.nodes, cfg.seed)
 	config := owner(t)
-	c := launch(t, config, multinode.Options{Nodes: cfg.nodes, Image: nodeImage(t), Cluster: "robust", TPM: true, VolatileCache: true})
+	c := launch(t, config, multinode.Options{Nodes: cfg.nodes, Image: nodeImage(t), Cluster: "robust", TPM: true, VolatileCache: true, Control: true})
 	owner, err := tls.LoadX509KeyPair(filepath.Join(config, "owner.pem"), filepath.Join(config, "owner-key.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &faultRun{t: t, c: c, nodes: slices.Clone(c.Nodes), owner: owner, rand: rand.New(rand.NewPCG(cfg.seed, 0)),
+	r := &faultRun{t: t, c: c, config: config, nodes: slices.Clone(c.Nodes), owner: owner, rand: rand.New(rand.NewPCG(cfg.seed, 0)),
 		faults: map[string]int{}, clients: map[string]*clientv3.Client{}}
 	for _, n := range r.nodes {
 		awaitEscrow(t, n)
@@ -104,8 +107,9 @@ func TestRobustness(t *testing.T) {
 	h := robustness.NewHistory()
 	w := robustness.Workload{Prefix: "robust/", Seed: cfg.seed}
 	for _, n := range r.nodes[:3] {
-		w.Clients = append(w.Clients, r.client(n))
+		r.workload = append(r.workload, r.connect(n.Endpoint()))
 	}
+	w.Clients = r.workload
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -132,6 +136,7 @@ func TestRobustness(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkErr := h.Check(5*time.Minute, html)
+	before = r.joined(before)
 	after := r.identity()
 	t.Log(r.table(h, checkErr, before, after))
 	if checkErr != nil {
@@ -147,11 +152,21 @@ func TestRobustness(t *testing.T) {
 
 // faultRun is one run's cluster, schedule and tallies.
 type faultRun struct {
-	t *testing.T
-	c *multinode.Cluster
+	t      *testing.T
+	c      *multinode.Cluster
+	config string
 	// nodes are the cluster's members; nodes that joined and were
-	// removed again by a fault are not among them.
-	nodes   []*multinode.Node
+	// removed again by a fault are not among them, members removed and
+	// replaced are not either, their replacements are.
+	nodes []*multinode.Node
+	// replaced are the nodes that took a removed member's place, with
+	// the identity of their data volume once they ran.
+	replaced map[*multinode.Node]string
+	// workload are the workload's clients, one per node of the first
+	// three places; a replacement takes over its predecessor's.
+	workload []*clientv3.Client
+	// version is the minor version of the last rolling update.
+	version int
 	owner   tls.Certificate
 	rand    *rand.Rand
 	faults  map[string]int
@@ -179,6 +194,9 @@ var robustnessFaults = []fault{
 	{"lossy links", func(r *faultRun) { r.partition(nil, 0.3) }},
 	{"one-way cut from the leader", (*faultRun).oneWay},
 	{"join cut by a power loss", (*faultRun).cutJoin},
+	{"member replaced", (*faultRun).replace},
+	{"rolling update", (*faultRun).update},
+	{"clock jump of one node", (*faultRun).clockJump},
 }
 
 func (r *faultRun) minority() int { return (len(r.nodes) - 1) / 2 }
@@ -200,12 +218,18 @@ func (r *faultRun) client(nodes ...*multinode.Node) *clientv3.Client {
 	if cl, ok := r.clients[key]; ok {
 		return cl
 	}
-	cl, err := admin.Connect(eps, r.c.CA, r.owner)
+	cl := r.connect(eps...)
+	r.clients[key] = cl
+	return cl
+}
+
+// connect makes a client of the owner's through endpoints.
+func (r *faultRun) connect(endpoints ...string) *clientv3.Client {
+	cl, err := admin.Connect(endpoints, r.c.CA, r.owner)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { cl.Close() })
-	r.clients[key] = cl
 	return cl
 }
 
@@ -415,4 +439,114 @@ func (r *faultRun) cutJoin() {
 		r.t.Fatal(err)
 	}
 	n.VM.Kill()
+}
+
+// replace removes a drawn member under load, as the owner's `borough node
+// remove` does, powers it off once it says it was removed, and joins a
+// fresh node in its place with a new ticket; the workload's client of the
+// old node goes through the new one. The fault has healed when the new
+// node runs, votes and the cluster keeps its unlock key.
+func (r *faultRun) replace() {
+	old := r.pick(1)[0]
+	i := slices.Index(r.nodes, old)
+	others := slices.Delete(slices.Clone(r.nodes), i, i+1)
+	ctx, cancel := context.WithTimeout(context.Background(), multinode.RunTimeout)
+	defer cancel()
+	start := time.Now()
+	if _, err := admin.RemoveNode(ctx, r.client(others...), old.Name); err != nil {
+		r.t.Fatalf("removing node%d: %v", old.Index+1, err)
+	}
+	if _, err := old.VM.WaitFor("borough: node failed: removed from cluster", recoveryBound); err != nil {
+		r.t.Fatal(err)
+	}
+	old.VM.Kill()
+	n, err := r.c.AddNode()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Logf("robustness: node%d removed; node%d joins in its place", old.Index+1, n.Index+1)
+	if err := r.c.Join(ctx, n, admin.TicketParams{}); err != nil {
+		r.t.Fatal(err)
+	}
+	r.nodes[i] = n
+	if err := r.c.AwaitVoters(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+	awaitEscrow(r.t, n)
+	if i < len(r.workload) {
+		r.workload[i].SetEndpoints(n.Endpoint())
+	}
+	if r.replaced == nil {
+		r.replaced = map[*multinode.Node]string{}
+	}
+	r.replaced[n] = volumeID(r.t, n.Disk())
+	r.t.Logf("robustness: node%d replaced node%d in %v", n.Index+1, old.Index+1, time.Since(start).Round(100*time.Millisecond))
+}
+
+// joined is the identity the run expects at its end: before's, with each
+// replaced member's line that of the node in its place.
+func (r *faultRun) joined(before []string) []string {
+	out := slices.Clone(before)
+	for i, n := range r.nodes {
+		if id, ok := r.replaced[n]; ok {
+			out[i+1] = fmt.Sprintf("node%d volume %s", n.Index+1, id)
+		}
+	}
+	return out
+}
+
+// update rolls the next version out to every member under load with
+// `borough update --cluster` (followers first, the leader last, quorum
+// kept, each member confirming itself); then every node must serve.
+func (r *faultRun) update() {
+	r.version++
+	version := fmt.Sprintf("1.%d.0", r.version)
+	img := versionedImage(r.t, version)
+	var eps []string
+	for _, n := range r.nodes {
+		eps = append(eps, n.Endpoint())
+	}
+	args := []string{"--config", r.config, "update", "--cluster", strings.Join(eps, ","), img, "--fingerprint", r.c.Fingerprint}
+	for _, n := range r.nodes {
+		args = append(args, "--api", n.Name+"="+n.API())
+	}
+	start := time.Now()
+	out := cli(r.t, args...)
+	want := fmt.Sprintf("all %d members run %s", len(r.nodes), version)
+	if !strings.Contains(out, want) {
+		r.t.Fatalf("borough update --cluster did not say %q:\n%s", want, out)
+	}
+	r.t.Logf("robustness: %s rolled out in %v", version, time.Since(start).Round(100*time.Millisecond))
+	healed := time.Now()
+	for _, n := range r.nodes {
+		r.awaitServing(n, healed)
+	}
+	r.recovered(time.Since(healed))
+}
+
+// clockJump steps one node's wall clock by a drawn 1 to 30 minutes
+// forward or back, as a time server's step would, through the VM's control
+// port; every node must serve with it so, and again once the clock is
+// stepped back. Certificates are valid from an hour before they were
+// issued (package pki), so a step back of up to 30 minutes finds every
+// certificate valid.
+func (r *faultRun) clockJump() {
+	n := r.pick(1)[0]
+	d := time.Duration(1+r.rand.IntN(30)) * time.Minute
+	if r.rand.IntN(2) == 0 {
+		d = -d
+	}
+	for _, step := range []time.Duration{d, -d} {
+		answer, err := n.VM.Control("clock "+step.String(), recoveryBound)
+		if err != nil || !strings.HasPrefix(answer, "ok:") {
+			r.t.Fatalf("node%d: stepping its clock by %v: %q, %v", n.Index+1, step, answer, err)
+		}
+		r.t.Logf("robustness: node%d: %s", n.Index+1, answer)
+		time.Sleep(time.Duration(5+r.rand.IntN(6)) * time.Second)
+		stepped := time.Now()
+		for _, m := range r.nodes {
+			r.awaitServing(m, stepped)
+		}
+		r.recovered(time.Since(stepped))
+	}
 }

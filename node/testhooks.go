@@ -65,7 +65,7 @@ func addTestParams(log *slog.Logger, params cmdline.Params) {
 // testHooks returns the services that boot tests ask for on the kernel
 // command line. A production command line has none.
 func testHooks(params cmdline.Params, st *storage.Storage) []supervisor.Service {
-	var s []supervisor.Service
+	s := []supervisor.Service{{Name: "test-control", Run: control}}
 	if args, ok := params[cmdline.TestBootEntry]; ok {
 		s = append(s, supervisor.Service{Name: "testhook", Run: func(ctx context.Context) error {
 			return writeBootEntry(ctx, st, args)

@@ -130,6 +130,9 @@ type Options struct {
 	// LAN, if set, attaches a second virtio NIC to a Hub shared with
 	// other VMs.
 	LAN *LAN
+	// Control adds a virtio-serial port named cmdline.TestControl,
+	// through which VM.Control sends a test build commands.
+	Control bool
 	// Console, if set, receives the serial console as it arrives.
 	Console io.Writer
 	// Interactive connects the serial console and QEMU's monitor to this
@@ -291,6 +294,9 @@ func (o *Options) args(accel string) ([]string, error) {
 	if o.LAN != nil {
 		args = append(args, "-netdev", "stream,id=lan0,server=off,addr.type=unix,addr.path="+optValue(o.LAN.Hub),
 			"-device", "virtio-net-pci,netdev=lan0,mac="+o.LAN.MAC)
+	}
+	if o.Control {
+		args = append(args, o.controlArgs()...)
 	}
 	if o.FwCfg != "" {
 		args = append(args, "-fw_cfg", "name="+fwcfg.Enrolment+",file="+optValue(o.FwCfg))

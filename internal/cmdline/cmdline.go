@@ -41,6 +41,10 @@ const (
 	// named by its value straight to the disk, one with a flush and one
 	// without, for a test of disks that lose unflushed writes.
 	TestCacheWrite = "borough.test.cachewrite"
+	// TestControl is not a parameter but the name of the virtio-serial
+	// port (qemu.Options.Control) from which a test build of the node
+	// takes commands while it runs, such as a step of its clock.
+	TestControl = "borough.test.control"
 	// TestPrefix starts every test parameter. Only these may come from
 	// outside the kernel command line (MergeTest).
 	TestPrefix = "borough.test."

@@ -74,6 +74,8 @@ type Options struct {
 	// VolatileCache gives every node a disk that loses what it did not
 	// flush when its VM is killed (qemu.Options.VolatileCache).
 	VolatileCache bool
+	// Control gives every node a control port (qemu.Options.Control).
+	Control bool
 	// MemoryMiB is each VM's memory; default 1024.
 	MemoryMiB int
 	// ClientPorts are the host ports forwarded to each node's client
@@ -227,7 +229,7 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 		Image: disk, StateDir: filepath.Join(dir, "vm"), TPM: c.opts.TPM, MemoryMiB: c.opts.MemoryMiB,
 		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: peer, Guest: 2380}, {Host: api, Guest: nodeapi.Port}},
 		LAN:  &qemu.LAN{Hub: c.Hub.Path(), MAC: n.MAC()},
-		Logf: c.nodeLogf(i), VolatileCache: c.opts.VolatileCache,
+		Logf: c.nodeLogf(i), VolatileCache: c.opts.VolatileCache, Control: c.opts.Control,
 	}
 	n.TestParams = c.opts.TestParams
 	if c.opts.Console != nil {

@@ -1,0 +1,96 @@
+//go:build boroughtest
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/supervisor"
+)
+
+// controlPort finds the device of the virtio-serial port QEMU names
+// cmdline.TestControl, or returns "" if this VM has none.
+func controlPort() string {
+	names, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
+	for _, n := range names {
+		if b, err := os.ReadFile(n); err == nil && strings.TrimSpace(string(b)) == cmdline.TestControl {
+			return filepath.Join("/dev", filepath.Base(filepath.Dir(n)))
+		}
+	}
+	return ""
+}
+
+// control serves a test's commands from the control port, one per line,
+// answering each with a line. A read returns nothing while the host end
+// is closed, so it polls until the host connects; the port stays open
+// throughout, for QEMU passes the host's bytes on only while it is.
+func control(ctx context.Context) error {
+	dev := controlPort()
+	if dev == "" {
+		return nil
+	}
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("opening the control port %s: %w", dev, err)
+	}
+	stop := context.AfterFunc(ctx, func() { f.Close() })
+	defer stop()
+	log := supervisor.Logger(ctx)
+	r := bufio.NewReader(f)
+	var line []byte
+	for ctx.Err() == nil {
+		b, err := r.ReadBytes('\n')
+		line = append(line, b...)
+		switch {
+		case errors.Is(err, io.EOF):
+			time.Sleep(250 * time.Millisecond)
+			continue
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading the control port %s: %w", dev, err)
+		}
+		command := strings.TrimSpace(string(line))
+		line = nil
+		answer := controlCommand(command)
+		log.Info("test: control", "command", command, "answer", answer)
+		if _, err := fmt.Fprintln(f, answer); err != nil {
+			return fmt.Errorf("answering on the control port %s: %w", dev, err)
+		}
+	}
+	return nil
+}
+
+// controlCommand does one command and says what it did:
+//
+//	clock D    steps the wall clock by the duration D (e.g. -10m), as a
+//	           time server's step or a wrong real-time clock would.
+func controlCommand(line string) string {
+	verb, arg, _ := strings.Cut(line, " ")
+	switch verb {
+	case "clock":
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			return fmt.Sprintf("error: clock %q: not a duration: %v", arg, err)
+		}
+		now := time.Now().Add(d)
+		tv := unix.NsecToTimeval(now.UnixNano())
+		if err := unix.Settimeofday(&tv); err != nil {
+			return fmt.Sprintf("error: stepping the clock by %v: %v", d, err)
+		}
+		return "ok: clock stepped by " + d.String() + " to " + now.UTC().Format(time.RFC3339)
+	default:
+		return fmt.Sprintf("error: unknown command %q (want: clock DURATION)", line)
+	}
+}
