@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -137,17 +138,19 @@ func TestJoinInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	mint := func() *enrolmentpb.Ticket {
+	mint := func(ttl time.Duration) *enrolmentpb.Ticket {
 		tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer tcancel()
-		tk, err := admin.MintTicket(tctx, cl, admin.TicketParams{})
+		tk, err := admin.MintTicket(tctx, cl, admin.TicketParams{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tk
 	}
 
-	tb := mint()
+	// B's ticket expires soon after it is used: the removed B replays it
+	// after its expiry, C before.
+	tb := mint(15 * time.Second)
 	b := start(t, ctx, 2, &enrolment.Enrolment{ClusterName: "unit", Ticket: tb}, "")
 	b.wait(t, "this node stays a learner until a third node joins")
 	b.wait(t, "node running cluster=unit")
@@ -163,7 +166,7 @@ func TestJoinInProcess(t *testing.T) {
 		t.Errorf("checking a used ticket: %v, want a refusal", err)
 	}
 
-	tc := mint()
+	tc := mint(0)
 	c := start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: tc}, "")
 	c.wait(t, "node running cluster=unit")
 	// A bootstrapped alone, with short raft timing, which it leaves
@@ -211,6 +214,7 @@ func TestJoinInProcess(t *testing.T) {
 	c = start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: tc}, c.dir)
 	c.wait(t, "state New -> Restarting")
 	c.wait(t, "node failed: removed from cluster unit")
+	replayRemoved(t, ctx, c, tc, mint)
 
 	// The owner removes B: its peers tell it so when it asks.
 	statusOf := func(m *member) (bool, error) {
@@ -231,11 +235,52 @@ func TestJoinInProcess(t *testing.T) {
 	if removed, err := statusOf(b); !removed || err != nil {
 		t.Errorf("status of a removed member = %v, %v; want removed", removed, err)
 	}
+	time.Sleep(time.Until(time.Unix(tb.GetExpires(), 0)))
+	replayRemoved(t, ctx, b, tb, mint)
 
 	cancel()
 	for _, m := range []*member{a, b, c} {
 		if err := <-m.done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("member %s: %v", m.ip, err)
+		}
+	}
+}
+
+// replayRemoved tries what a removed node m, which joined with tk, can
+// try to come back: its own ticket with its own key, a new ticket with its
+// old key under a new name, and a new key under its old name. Each is
+// refused as a removed node's.
+func replayRemoved(t *testing.T, ctx context.Context, m *member, tk *enrolmentpb.Ticket, mint func(time.Duration) *enrolmentpb.Ticket) {
+	t.Helper()
+	b, err := os.ReadFile(m.mgr.pkiFiles().Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := pki.ParseKeyPEM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	name := m.mgr.nodeName(t)
+	ip := net.IP(m.ip.AsSlice())
+	for _, tc := range []struct {
+		what   string
+		ticket *enrolmentpb.Ticket
+		name   string
+		key    crypto.Signer
+	}{
+		{"its own ticket, its own key", tk, name, old},
+		{"a new ticket, its old key, a new name", mint(0), "node-0000beef", old},
+		{"a new ticket, a new key, its old name", mint(0), name, fresh},
+	} {
+		csr, err := pki.NewCSR(tc.name, []net.IP{ip}, tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var refusal *join.Refusal
+		_, err = join.Join(ctx, tc.ticket, csr, false)
+		if !errors.As(err, &refusal) || !refusal.Removed {
+			t.Errorf("removed node %s tried %s: %v; want a refusal saying it was removed", name, tc.what, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -301,9 +302,9 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 // when it admitted it before, if that member is still there (nil if not: a
 // first request, one whose earlier attempt stopped before the record, or
 // one whose member was replaced), once it has checked that the owner did
-// not remove the node since: the owner's removal leaves a tombstone, so a
+// not remove the node since (the owner's removal leaves a tombstone, so a
 // node removed while it was joining does not come back with its claimed
-// ticket.
+// ticket) and that its join is unfinished: a voter's ticket is spent.
 func (s *Server) admitted(ctx context.Context, name string) (*etcdserverpb.Member, error) {
 	nr, err := keyspace.ReadNode(ctx, s.Client, name)
 	switch {
@@ -314,19 +315,20 @@ func (s *Server) admitted(ctx context.Context, name string) (*etcdserverpb.Membe
 	case nr.MemberID == 0:
 		return nil, nil
 	}
-	return s.member(ctx, name, nr)
+	m, err := s.member(ctx, name, nr)
+	if m != nil && !m.IsLearner {
+		return nil, refuse("node %s has joined and votes: its ticket is spent", name)
+	}
+	return m, err
 }
 
 // replace removes learner m, node name's member, which the node lost the
 // data of, so that it is admitted again as a new member: raft forbids a
 // member to come back with less of the log than it acknowledged (its
 // leader would commit entries the member no longer has, and it panics).
-// A learner counts in no quorum, so nothing is lost; a voter is never
-// replaced so.
+// A learner counts in no quorum, so nothing is lost; admitted refuses a
+// voter's request before it comes here.
 func (s *Server) replace(ctx context.Context, name string, m *etcdserverpb.Member) error {
-	if !m.IsLearner {
-		return refuse("member %x of node %s is a voter: a voter that lost its data is not replaced by a join; recover it by hand", m.ID, name)
-	}
 	if _, err := s.Client.MemberRemove(ctx, m.ID); err != nil {
 		return fmt.Errorf("removing member %x to replace it: %w", m.ID, err)
 	}
@@ -349,7 +351,9 @@ func advertised(csr *x509.CertificateRequest) netip.Addr {
 
 // claim admits the request under its ticket, claiming an unused ticket
 // for the request's key in one etcd transaction that also checks that
-// nobody claimed it in between.
+// nobody claimed it in between and binds the key to the node's name. A
+// claimed ticket admits its own key again only within its lifetime, to
+// finish that join.
 func (s *Server) claim(ctx context.Context, req *joinpb.JoinRequest, csr *x509.CertificateRequest) (*joinpb.TicketRecord, error) {
 	if !advertised(csr).IsValid() {
 		return nil, refuse("the certificate request has no address other members can reach")
@@ -360,6 +364,11 @@ func (s *Server) claim(ctx context.Context, req *joinpb.JoinRequest, csr *x509.C
 	}
 	keyHash := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
 	adm, err := ticket.Admit(rec, req.GetSecret(), keyHash[:], time.Now())
+	if errors.Is(err, ticket.ErrExpired) && rec.GetNode() != "" {
+		if err := s.notRemoved(ctx, rec.GetNode()); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, refuse("%v", err)
 	}
@@ -376,23 +385,54 @@ func (s *Server) claim(ctx context.Context, req *joinpb.JoinRequest, csr *x509.C
 	if err != nil {
 		return nil, err
 	}
-	key := ticket.Key(req.GetTicketId())
-	// The node's name must be new to the cluster: a ticket admits a node,
-	// it does not let one take over another's record.
+	key, nodeKey := ticket.Key(req.GetTicketId()), keyspace.NodeKeys+hex.EncodeToString(keyHash[:])
+	// The node's name and key must be new to the cluster: a ticket admits
+	// a node, it does not let one take over another's record, nor bring a
+	// removed node back under a new name.
 	txn, err := s.Client.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
 		clientv3.Compare(clientv3.CreateRevision(keyspace.Nodes+name), "=", 0),
-	).Then(clientv3.OpPut(key, string(b))).Else(clientv3.OpGet(keyspace.Nodes + name)).Commit()
+		clientv3.Compare(clientv3.CreateRevision(nodeKey), "=", 0),
+	).Then(clientv3.OpPut(key, string(b)), clientv3.OpPut(nodeKey, name)).
+		Else(clientv3.OpGet(keyspace.Nodes+name), clientv3.OpGet(nodeKey)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("claiming the ticket: %w", err)
 	}
 	if !txn.Succeeded {
-		if len(txn.Responses[0].GetResponseRange().Kvs) > 0 {
-			return nil, refuse("the cluster already has a node named %s", name)
-		}
-		return nil, errors.New("the ticket changed while it was being claimed; ask again")
+		return nil, s.taken(ctx, txn, name)
 	}
 	return claimed, nil
+}
+
+// taken explains a claim that failed: the name or the key is another
+// node's (a removed one's, which is then said), or the ticket changed.
+func (s *Server) taken(ctx context.Context, txn *clientv3.TxnResponse, name string) error {
+	if len(txn.Responses[0].GetResponseRange().Kvs) > 0 {
+		if err := s.notRemoved(ctx, name); err != nil {
+			return err
+		}
+		return refuse("the cluster already has a node named %s", name)
+	}
+	if kvs := txn.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		owner := string(kvs[0].Value)
+		if err := s.notRemoved(ctx, owner); err != nil {
+			return err
+		}
+		return refuse("the request's key is node %s's: a key is admitted once, for one node", owner)
+	}
+	return errors.New("the ticket changed while it was being claimed; ask again")
+}
+
+// notRemoved refuses node name if the owner removed it.
+func (s *Server) notRemoved(ctx context.Context, name string) error {
+	nr, err := keyspace.ReadNode(ctx, s.Client, name)
+	switch {
+	case err != nil:
+		return err
+	case nr.Removed:
+		return refuseRemoved(name)
+	}
+	return nil
 }
 
 // addLearner adds the node as a learner at peerURL, or finds it if an

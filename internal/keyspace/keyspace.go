@@ -13,8 +13,9 @@
 // back by minting itself a certificate with a copy of it: its member ID is
 // removed, so the peers refuse its raft traffic whatever certificate it
 // shows, its NodeRecord stays as a tombstone (Removed) that the join
-// endpoint checks before it admits the ticket's node again, and joining
-// again takes a new ticket from the owner and a new name.
+// endpoint checks before it admits the ticket's node again, its key stays
+// bound to that tombstone (NodeKeys), and joining again takes a new ticket
+// from the owner, a new key and a new name.
 package keyspace
 
 import (
@@ -36,6 +37,11 @@ const (
 	OwnerCert = "/borough/pki/owner-cert"
 	// Nodes prefixes each node's NodeRecord, by node name.
 	Nodes = "/borough/nodes/"
+	// NodeKeys prefixes the name of the node each admitted key belongs
+	// to, by the hex SHA-256 of the key (its SubjectPublicKeyInfo): a key
+	// admits one node, once, so a removed node's key does not come back
+	// under another name or ticket.
+	NodeKeys = "/borough/node-keys/"
 	// EscrowKeys prefixes each node's escrow public key (X25519, 32
 	// bytes), by node name: its peers seal their shares to it.
 	EscrowKeys = "/borough/escrow-keys/"

@@ -184,7 +184,8 @@ type Admission int
 const (
 	// Claim: the ticket is unused; claim it for the request's key.
 	Claim Admission = iota + 1
-	// Again: the ticket was claimed by this key; finish that join.
+	// Again: the ticket was claimed by this key; finish that join, which
+	// only the ticket's lifetime allows.
 	Again
 )
 
@@ -199,13 +200,14 @@ func Admit(rec *joinpb.TicketRecord, secret, keyHash []byte, now time.Time) (Adm
 	if subtle.ConstantTimeCompare(sum[:], rec.GetSecretSha256()) != 1 {
 		return 0, ErrWrongSecret
 	}
+	claimed := len(rec.GetClaimedBy()) > 0
 	switch {
-	case len(rec.GetClaimedBy()) == 0 && now.Unix() >= rec.GetExpires():
+	case claimed && !bytes.Equal(rec.GetClaimedBy(), keyHash):
+		return 0, fmt.Errorf("%w (%s)", ErrUsed, rec.GetNode())
+	case now.Unix() >= rec.GetExpires():
 		return 0, fmt.Errorf("%w at %s", ErrExpired, time.Unix(rec.GetExpires(), 0).UTC().Format(time.RFC3339))
-	case len(rec.GetClaimedBy()) == 0:
-		return Claim, nil
-	case bytes.Equal(rec.GetClaimedBy(), keyHash):
+	case claimed:
 		return Again, nil
 	}
-	return 0, fmt.Errorf("%w (%s)", ErrUsed, rec.GetNode())
+	return Claim, nil
 }
