@@ -218,9 +218,9 @@ func (m *multi) badTickets(t *testing.T) {
 		reason string
 	}{
 		{"garbage", []byte("not a ticket at all"), "field join.ticket: not a ticket"},
-		{"forged secret", marshal(t, forged), "secret is wrong"},
-		{"unknown ticket", marshal(t, unknown), "has no such ticket"},
-		{"for another cluster", marshal(t, other), `the ticket is for cluster "another"`},
+		{"forged secret", marshal(t, forged), "the cluster knows no such ticket"},
+		{"unknown ticket", marshal(t, unknown), "the cluster knows no such ticket"},
+		{"for another cluster", marshal(t, other), "the cluster knows no such ticket"},
 		{"expired", marshal(t, expired), "ticket has expired"},
 		{"used by another node", used, "already used by another node"},
 		{"endpoint of another CA", marshal(t, otherCA), "does not present the CA"},

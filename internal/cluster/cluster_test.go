@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/enrolment"
@@ -164,6 +166,20 @@ func TestJoinInProcess(t *testing.T) {
 	}
 	if err := join.Check(ctx, tb); !errors.As(err, &refusal) {
 		t.Errorf("checking a used ticket: %v, want a refusal", err)
+	}
+	// A caller without a valid ticket learns nothing: not the cluster's
+	// name, nor whether the ticket exists, nor who used it.
+	for what, forge := range map[string]func(*enrolmentpb.Ticket){
+		"a wrong secret":       func(f *enrolmentpb.Ticket) { f.Secret[0] ^= 1 },
+		"another cluster":      func(f *enrolmentpb.Ticket) { f.ClusterName = "other" },
+		"an unknown ticket ID": func(f *enrolmentpb.Ticket) { f.Id[0] ^= 1 },
+	} {
+		forged := proto.Clone(tb).(*enrolmentpb.Ticket)
+		forge(forged)
+		_, err := join.Join(ctx, forged, csr, false)
+		if !errors.As(err, &refusal) || strings.Contains(err.Error(), "unit") || strings.Contains(err.Error(), "node-") {
+			t.Errorf("a ticket with %s: %v; want a refusal that names neither the cluster nor a node", what, err)
+		}
 	}
 
 	tc := mint(0)

@@ -17,10 +17,13 @@ import (
 )
 
 // readHeaderTimeout bounds a client that opens a connection and says
-// nothing; shutdownGrace how long the answers under way get to reach
-// their clients once the endpoint stops.
+// nothing, idleTimeout one that keeps it open between requests,
+// maxHeaderBytes the headers it sends; shutdownGrace is how long the
+// answers under way get to reach their clients once the endpoint stops.
 const (
 	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 30 * time.Second
+	maxHeaderBytes    = 16 << 10
 	shutdownGrace     = 3 * time.Second
 )
 
@@ -33,6 +36,10 @@ type Endpoint struct {
 	// Log, if set, gets the server's own errors (bad handshakes) at
 	// debug level.
 	Log *slog.Logger
+	// ReadTimeout, if set, bounds the time a client takes to send a
+	// whole request, body included; endpoints that take large bodies
+	// (an update) leave it unset.
+	ReadTimeout time.Duration
 }
 
 // ListenAndServe listens on addr, or on every address at port if addr is
@@ -57,6 +64,9 @@ func (e Endpoint) Serve(ctx context.Context, l net.Listener) error {
 		Handler:           e.Handler,
 		TLSConfig:         e.TLS,
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       e.ReadTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	if e.Log != nil {

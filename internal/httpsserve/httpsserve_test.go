@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -13,7 +14,9 @@ import (
 	"github.com/borough-os/borough/internal/pki"
 )
 
-func TestServe(t *testing.T) {
+// serverTLS is a server's TLS config with a certificate of a new CA.
+func serverTLS(t *testing.T) *tls.Config {
+	t.Helper()
 	ca, err := pki.NewCA("test", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -22,10 +25,14 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Cert.Raw}, PrivateKey: cert.Key}}}
+}
+
+func TestServe(t *testing.T) {
 	e := Endpoint{
 		Name:    "test endpoint",
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("hello")) }),
-		TLS:     &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Cert.Raw}, PrivateKey: cert.Key}}},
+		TLS:     serverTLS(t),
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -46,5 +53,44 @@ func TestServe(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Serve after cancel = %v, want context.Canceled", err)
+	}
+}
+
+// TestSlowBody sends a request's headers and then its body too slowly:
+// with ReadTimeout the endpoint drops the connection, the handler never
+// sees a whole body.
+func TestSlowBody(t *testing.T) {
+	read := make(chan error, 1)
+	e := Endpoint{
+		Name: "test endpoint",
+		Handler: http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			_, err := io.ReadAll(r.Body)
+			read <- err
+		}),
+		TLS:         serverTLS(t),
+		ReadTimeout: 300 * time.Millisecond,
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.Serve(ctx, l)
+	conn, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nslow"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Error("the handler read a whole body the client never sent")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the endpoint still waits for the body 10 s on, past its 300 ms ReadTimeout")
 	}
 }

@@ -39,8 +39,12 @@ const (
 	pathStatus = "/v1/status"
 )
 
-// maxBody bounds a request body.
-const maxBody = 64 << 10
+// maxBody bounds a request body, readTimeout how long a client may take
+// to send it: a slow client holds a connection no longer.
+const (
+	maxBody     = 64 << 10
+	readTimeout = 10 * time.Second
+)
 
 // Server is a member's join endpoint.
 type Server struct {
@@ -65,8 +69,9 @@ func (s *Server) Run(ctx context.Context) error {
 	mux.HandleFunc("POST "+pathJoin, s.handle(s.join))
 	mux.HandleFunc("POST "+pathStatus, s.status)
 	e := httpsserve.Endpoint{
-		Name:    "join endpoint",
-		Handler: mux,
+		Name:        "join endpoint",
+		Handler:     newLimiter().wrap(mux),
+		ReadTimeout: readTimeout,
 		// A node asking for its status presents its certificate, which
 		// status checks itself; joining nodes have none.
 		TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
@@ -89,6 +94,10 @@ func refuse(format string, args ...any) error {
 	return &Refusal{Reason: fmt.Sprintf(format, args...)}
 }
 
+// errNoTicket is all a caller learns without a valid ticket for this
+// cluster: not the cluster's name, nor whether the ticket exists.
+var errNoTicket = &Refusal{Reason: "the cluster knows no such ticket: its ID, secret or cluster name is wrong"}
+
 func refuseRemoved(name string) error {
 	return &Refusal{Reason: fmt.Sprintf("node %s was removed from the cluster", name), Removed: true}
 }
@@ -97,7 +106,7 @@ func refuseRemoved(name string) error {
 // is 403 with the reason, another error 503.
 func (s *Server) handle(fn func(context.Context, *joinpb.JoinRequest) (proto.Message, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		var req joinpb.JoinRequest
 		if err == nil {
 			err = proto.Unmarshal(body, &req)
@@ -224,8 +233,8 @@ func (s *Server) record(ctx context.Context, req *joinpb.JoinRequest) (*joinpb.T
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the ticket: %w", err)
 	}
-	if name := string(keyspace.Value(resp, 0)); name != req.GetClusterName() {
-		return nil, 0, refuse("this is cluster %s, the ticket is for cluster %q", name, req.GetClusterName())
+	if string(keyspace.Value(resp, 0)) != req.GetClusterName() {
+		return nil, 0, errNoTicket
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
 	if len(kvs) == 0 {
@@ -238,6 +247,15 @@ func (s *Server) record(ctx context.Context, req *joinpb.JoinRequest) (*joinpb.T
 	return &rec, kvs[0].ModRevision, nil
 }
 
+// admitError is the refusal of a ticket ticket.Admit did not admit: the
+// reason only to a caller who holds the ticket's secret.
+func admitError(err error) error {
+	if errors.Is(err, ticket.ErrUnknown) || errors.Is(err, ticket.ErrWrongSecret) {
+		return errNoTicket
+	}
+	return refuse("%v", err)
+}
+
 // check says whether a fresh node may use the ticket, without claiming it.
 func (s *Server) check(ctx context.Context, req *joinpb.JoinRequest) (proto.Message, error) {
 	rec, _, err := s.record(ctx, req)
@@ -245,7 +263,7 @@ func (s *Server) check(ctx context.Context, req *joinpb.JoinRequest) (proto.Mess
 		return nil, err
 	}
 	if _, err := ticket.Admit(rec, req.GetSecret(), nil, time.Now()); err != nil {
-		return nil, refuse("%v", err)
+		return nil, admitError(err)
 	}
 	return &joinpb.JoinResponse{}, nil
 }
@@ -370,7 +388,7 @@ func (s *Server) claim(ctx context.Context, req *joinpb.JoinRequest, csr *x509.C
 		}
 	}
 	if err != nil {
-		return nil, refuse("%v", err)
+		return nil, admitError(err)
 	}
 	name := csr.Subject.CommonName
 	if adm == ticket.Again {
