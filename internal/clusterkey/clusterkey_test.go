@@ -96,13 +96,19 @@ func write(t *testing.T, root string, f esp.File, b []byte) {
 	}
 }
 
-// TestCRLInForce: once the member runs, the responder checks peers
-// against the member's CRL file as it is at that moment, not the copy
-// Maintain last made; a CRL file that does not parse leaves the last good
-// one in force.
+// TestCRLInForce: before the member runs, the responder checks peers
+// against the ESP's copy of the CRL, and without a verified one it has
+// none (a holder then refuses); once the member runs, against the
+// member's CRL file as it is at that moment, not the copy Maintain last
+// made. A CRL file that does not parse, or an older one put back, leaves
+// the newest good one in force.
 func TestCRLInForce(t *testing.T) {
 	now := time.Now()
 	ca, err := pki.NewCA("c", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("c", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,20 +121,44 @@ func TestCRLInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &Keeper{ESPRoot: t.TempDir(), Log: slog.New(slog.DiscardHandler)}
-	k.memberPKI.Store(&files)
+	if err := os.MkdirAll(filepath.Dir(esp.UnlockCRL.In(k.ESPRoot)), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, step := range []struct {
-		name        string
-		crl         func() []byte
+		name string
+		// esp, if set, is the ESP's copy, read as at boot; crl, if set,
+		// the running member's file.
+		esp, crl    []byte
 		wantRevoked bool
+		wantErr     bool
 	}{
-		{"empty CRL", func() []byte { return mustCRL(t, ca, 1, nil, now) }, false},
-		{"the peer removed", func() []byte { return mustCRL(t, ca, 2, []*big.Int{peer.Cert.SerialNumber}, now) }, true},
-		{"garbage", func() []byte { return []byte("not a CRL") }, true},
+		{name: "the ESP's copy missing", wantErr: true},
+		{name: "the ESP's copy of another CA", esp: mustCRL(t, other, 5, nil, now), wantErr: true},
+		{name: "the ESP's copy damaged", esp: []byte("not a CRL"), wantErr: true},
+		{name: "the ESP's copy", esp: mustCRL(t, ca, 1, nil, now)},
+		{name: "the member's, the peer removed", crl: mustCRL(t, ca, 2, []*big.Int{peer.Cert.SerialNumber}, now), wantRevoked: true},
+		{name: "the member's, garbage", crl: []byte("not a CRL"), wantRevoked: true},
+		{name: "the member's, an older one put back", crl: mustCRL(t, ca, 1, nil, now), wantRevoked: true},
 	} {
-		if err := os.WriteFile(files.CRL(), step.crl(), 0o600); err != nil {
-			t.Fatal(err)
+		switch {
+		case step.crl != nil:
+			k.memberPKI.Store(&files)
+			if err := os.WriteFile(files.CRL(), step.crl, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		case step.esp != nil:
+			if err := os.WriteFile(esp.UnlockCRL.In(k.ESPRoot), step.esp, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			k.espCRLErr = k.readESPCRL(ca.Cert)
+		default:
+			k.espCRLErr = k.readESPCRL(ca.Cert)
 		}
-		crl := k.crlInForce()
+		crl, err := k.crlInForce()
+		if (err != nil) != step.wantErr {
+			t.Errorf("%s: crlInForce = %v, %v; want an error: %v", step.name, crl, err, step.wantErr)
+			continue
+		}
 		revoked := crl != nil && slices.ContainsFunc(crl.RevokedCertificateEntries, func(e x509.RevocationListEntry) bool {
 			return e.SerialNumber.Cmp(peer.Cert.SerialNumber) == 0
 		})

@@ -45,7 +45,10 @@ type Keeper struct {
 	// id is the node's TLS identity; escrowKey its escrow private key.
 	id        *unlock.Identity
 	escrowKey []byte
+	// crl is the newest verified CRL read; espCRLErr why the ESP's copy
+	// was not one, if it was not.
 	crl       atomic.Pointer[x509.RevocationList]
+	espCRLErr error
 	// memberPKI are the running member's PKI files, once Maintain has
 	// them.
 	memberPKI atomic.Pointer[consensus.Files]
@@ -119,12 +122,33 @@ func (k *Keeper) readIdentity() (*unlock.Identity, error) {
 		return nil, fmt.Errorf("%s: %w", esp.UnlockCert, err)
 	}
 	cert := tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}
-	if der, err := os.ReadFile(esp.UnlockCRL.In(k.ESPRoot)); err == nil {
-		if crl, err := pki.ParseCRL(der, ca); err == nil {
-			k.crl.Store(crl)
-		}
+	if k.espCRLErr = k.readESPCRL(ca); k.espCRLErr != nil {
+		k.Log.Warn("no verified revocation list on the ESP: refusing share requests until the member runs", "file", esp.UnlockCRL, "err", k.espCRLErr)
 	}
 	return &unlock.Identity{Cert: cert, CA: ca, CRL: k.crlInForce}, nil
+}
+
+// readESPCRL reads the ESP's copy of the CRL, checked against ca.
+func (k *Keeper) readESPCRL(ca *x509.Certificate) error {
+	der, err := os.ReadFile(esp.UnlockCRL.In(k.ESPRoot))
+	if err != nil {
+		return err
+	}
+	crl, err := pki.ParseCRL(der, ca)
+	if err != nil {
+		return fmt.Errorf("%s: %w", esp.UnlockCRL, err)
+	}
+	return k.storeCRL(crl)
+}
+
+// storeCRL puts crl in force unless it is older than the one in force:
+// a CRL put back from before a removal does not undo it.
+func (k *Keeper) storeCRL(crl *x509.RevocationList) error {
+	if cur := k.crl.Load(); cur != nil && crl.Number.Cmp(cur.Number) < 0 {
+		return fmt.Errorf("CRL number %v is older than number %v, in force", crl.Number, cur.Number)
+	}
+	k.crl.Store(crl)
+	return nil
 }
 
 // crlInForce is the CRL the responder and fetches check peers against:
@@ -132,14 +156,22 @@ func (k *Keeper) readIdentity() (*unlock.Identity, error) {
 // within seconds of a removal, read again at every call (share requests
 // are few: a peer's boot); before that, the copy on the ESP. Maintain
 // refreshes the ESP's copy only every maintainEvery, and a removed node
-// that booted within that window was given a share.
-func (k *Keeper) crlInForce() *x509.RevocationList {
+// that booted within that window was given a share. Without a verified
+// CRL it returns why: a holder then refuses, for it cannot tell a removed
+// node from a member.
+func (k *Keeper) crlInForce() (*x509.RevocationList, error) {
+	var err error
 	if files := k.memberPKI.Load(); files != nil {
-		if err := k.loadCRL(*files); err != nil {
+		if err = k.loadCRL(*files); err != nil {
 			k.Log.Warn("reading the member's CRL: checking peers against the last one read", "err", err)
 		}
+	} else {
+		err = k.espCRLErr
 	}
-	return k.crl.Load()
+	if crl := k.crl.Load(); crl != nil {
+		return crl, nil
+	}
+	return nil, fmt.Errorf("no verified revocation list: %w", err)
 }
 
 // startResponder starts the unlock responder once the node has what it

@@ -204,8 +204,7 @@ func (k *Keeper) loadCRL(files consensus.Files) error {
 	if err != nil {
 		return err
 	}
-	k.crl.Store(crl)
-	return nil
+	return k.storeCRL(crl)
 }
 
 // ensureEscrowKey makes the node's escrow key the first time, sealed on

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,11 @@ func newPeers(t *testing.T, n int) []*peer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	crl, err := x509.ParseRevocationList(mustCRL(t, ca, 1, nil, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inForce := func() (*x509.RevocationList, error) { return crl, nil }
 	var peers []*peer
 	for i := 1; i <= n; i++ {
 		p := &peer{name: fmt.Sprintf("node-%08x", i), ip: net.IPv4(127, 0, 0, byte(20+i))}
@@ -49,7 +55,7 @@ func newPeers(t *testing.T, n int) []*peer {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.id = unlock.Identity{Cert: tls.Certificate{Certificate: [][]byte{cert.Cert.Raw}, PrivateKey: cert.Key}, CA: ca.Cert}
+		p.id = unlock.Identity{Cert: tls.Certificate{Certificate: [][]byte{cert.Cert.Raw}, PrivateKey: cert.Key}, CA: ca.Cert, CRL: inForce}
 		if p.priv, p.pub, err = escrow.NewKey(); err != nil {
 			t.Fatal(err)
 		}

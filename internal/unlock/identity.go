@@ -41,9 +41,10 @@ type Identity struct {
 	Cert tls.Certificate
 	// CA is the cluster CA.
 	CA *x509.Certificate
-	// CRL, if set, returns the cluster's revocation list in force, its
-	// signature checked by whoever loaded it, or nil.
-	CRL func() *x509.RevocationList
+	// CRL returns the cluster's revocation list in force, its signature
+	// checked by whoever loaded it, or why there is none. A holder gives
+	// no share without one.
+	CRL func() (*x509.RevocationList, error)
 }
 
 // verify checks a peer's certificate chain against the CA, whatever the
@@ -78,13 +79,18 @@ func (id Identity) verify(rawCerts [][]byte, want string, usage x509.ExtKeyUsage
 	return name, nil
 }
 
-// revoked says whether crl, if set, lists cert.
-func revoked(crl func() *x509.RevocationList, cert *x509.Certificate) bool {
+// revoked says whether crl, if set and known, lists cert.
+func revoked(crl func() (*x509.RevocationList, error), cert *x509.Certificate) bool {
 	if crl == nil {
 		return false
 	}
-	l := crl()
-	return l != nil && slices.ContainsFunc(l.RevokedCertificateEntries, func(e x509.RevocationListEntry) bool {
+	l, _ := crl()
+	return l != nil && lists(l, cert)
+}
+
+// lists says whether l revokes cert.
+func lists(l *x509.RevocationList, cert *x509.Certificate) bool {
+	return slices.ContainsFunc(l.RevokedCertificateEntries, func(e x509.RevocationListEntry) bool {
 		return e.SerialNumber.Cmp(cert.SerialNumber) == 0
 	})
 }

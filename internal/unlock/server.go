@@ -77,6 +77,23 @@ func (s *Server) Handler() http.Handler {
 // errRefused is a request the holder will not answer.
 var errRefused = errors.New("refused")
 
+// standing refuses a requester whose certificate the CRL in force revokes,
+// or any requester while the holder has no verified CRL: unreadable is
+// not empty.
+func (s *Server) standing(cert *x509.Certificate) error {
+	if s.Identity.CRL == nil {
+		return fmt.Errorf("%w: this holder has no revocation list to check %s against", errRefused, cert.Subject.CommonName)
+	}
+	crl, err := s.Identity.CRL()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: this holder cannot check %s: %v", errRefused, cert.Subject.CommonName, err)
+	case lists(crl, cert):
+		return fmt.Errorf("%w: the certificate of %s is revoked: the cluster removed it", errRefused, cert.Subject.CommonName)
+	}
+	return nil
+}
+
 func (s *Server) share(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	var req unlockpb.ShareRequest
@@ -94,9 +111,7 @@ func (s *Server) share(w http.ResponseWriter, r *http.Request) {
 	cert := r.TLS.PeerCertificates[0]
 	requester := cert.Subject.CommonName
 	var sealed []byte
-	if revoked(s.Identity.CRL, cert) {
-		err = fmt.Errorf("%w: the certificate of %s is revoked: the cluster removed it", errRefused, requester)
-	} else {
+	if err = s.standing(cert); err == nil {
 		sealed, err = s.answer(requester, &req)
 	}
 	if err != nil {

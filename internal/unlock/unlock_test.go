@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
@@ -29,9 +30,28 @@ type node struct {
 	addr      string
 }
 
+// noCRL stands for a holder whose copy of the CRL does not verify.
+var noCRL = &x509.RevocationList{}
+
+// identity is n's identity with crl in force: the CA's first, empty one
+// if nil, none if noCRL.
 func (n *node) identity(ca *pki.CA, crl *x509.RevocationList) Identity {
-	return Identity{Cert: tls.Certificate{Certificate: [][]byte{n.cert.Cert.Raw}, PrivateKey: n.cert.Key}, CA: ca.Cert,
-		CRL: func() *x509.RevocationList { return crl }}
+	id := Identity{Cert: tls.Certificate{Certificate: [][]byte{n.cert.Cert.Raw}, PrivateKey: n.cert.Key}, CA: ca.Cert}
+	switch crl {
+	case noCRL:
+		id.CRL = func() (*x509.RevocationList, error) { return nil, errors.New("the copy on the ESP does not verify") }
+		return id
+	case nil:
+		der, err := ca.CRL(1, nil, now)
+		if err == nil {
+			crl, err = x509.ParseRevocationList(der)
+		}
+		if err != nil {
+			panic(err)
+		}
+	}
+	id.CRL = func() (*x509.RevocationList, error) { return crl, nil }
+	return id
 }
 
 // testCluster is a CA and nodes node-00000001 to node-0000000N.
@@ -190,6 +210,13 @@ func TestFetchRefused(t *testing.T) {
 			e, addrs := c.escrowFor(t, a, cuk, 2)
 			return a.identity(c.ca, nil), e, addrs
 		}, "the certificate of " + a.name + " is revoked"},
+		{"holders without a verified CRL", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
+			for _, n := range c.nodes[1:] {
+				logs = append(logs, c.serve(t, n, noCRL))
+			}
+			e, addrs := c.escrowFor(t, a, cuk, 2)
+			return a.identity(c.ca, nil), e, addrs
+		}, "this holder cannot check " + a.name + ": the copy on the ESP does not verify"},
 		{"another node's shares", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
 			for _, n := range c.nodes[1:] {
 				logs = append(logs, c.serve(t, n, nil))
