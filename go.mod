@@ -3,6 +3,7 @@ module github.com/borough-os/borough
 go 1.26.8
 
 require (
+	filippo.io/age v1.3.2
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/beevik/ntp v1.6.0
 	github.com/cloudflare/circl v1.6.5
@@ -27,11 +28,13 @@ require (
 	go.uber.org/zap v1.28.0
 	golang.org/x/mod v0.41.0
 	golang.org/x/sys v0.50.0
+	golang.org/x/term v0.48.0
 	golang.org/x/time v0.15.0
 	google.golang.org/protobuf v1.36.12
 )
 
 require (
+	filippo.io/hpke v0.4.0 // indirect
 	github.com/anchore/go-lzo v0.1.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bwesterb/go-ristretto v1.2.4 // indirect

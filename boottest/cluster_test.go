@@ -25,6 +25,7 @@ import (
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/ownerkey"
 	"github.com/borough-os/borough/qemu"
 )
 
@@ -42,12 +43,48 @@ func freePort(t testing.TB) int {
 }
 
 // owner makes an owner identity in a fresh config directory and returns
-// the directory.
+// the directory. Its key is encrypted with testPassphrase.
 func owner(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	cli(t, "--config", dir, "owner", "init", "--name", "test-owner")
 	return dir
+}
+
+// testPassphrase encrypts the test owners' keys; the borough commands
+// the tests run take it from the environment (TestMain).
+const testPassphrase = "the boot tests' owner passphrase"
+
+// ownerPair is the owner's identity in config, its key decrypted.
+func ownerPair(t testing.TB, config string) tls.Certificate {
+	t.Helper()
+	certPEM := read(t, filepath.Join(config, "owner.pem"))
+	kp, err := tls.X509KeyPair(certPEM, ownerKeyPEM(t, config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// ownerKeyPEM is the owner's key in config, decrypted.
+func ownerKeyPEM(t testing.TB, config string) []byte {
+	t.Helper()
+	keyPEM, err := ownerkey.Open(read(t, filepath.Join(config, "owner-key.age")), testPassphrase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keyPEM
+}
+
+// ownerKeyFile is the owner's key in config, decrypted into a file of the
+// test's, for tools that take a file.
+func ownerKeyFile(t testing.TB, config string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "owner-key.pem")
+	if err := os.WriteFile(path, ownerKeyPEM(t, config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // bootstrapped makes an owner and a bootstrap enrolment config for a

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/borough-os/borough/image"
+	"github.com/borough-os/borough/internal/ownerkey"
 	"github.com/borough-os/borough/internal/uki"
 	"github.com/borough-os/borough/qemu"
 )
@@ -140,4 +141,11 @@ func sawLine(t testing.TB, vm *qemu.VM, line string, timeout time.Duration) {
 			t.Fatalf("console did not show %q within %v\n%s", line, timeout, vm.Tail(20))
 		}
 	}
+}
+
+// TestMain gives the borough commands the tests run the passphrase of the
+// test owners' keys.
+func TestMain(m *testing.M) {
+	os.Setenv(ownerkey.PassphraseEnv, testPassphrase)
+	os.Exit(m.Run())
 }

@@ -4,7 +4,6 @@ package boottest
 
 import (
 	"context"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -35,7 +34,7 @@ func BenchmarkMultiNode(b *testing.B) {
 	ctx := context.Background()
 	c, err := multinode.Launch(ctx, multinode.Options{
 		Nodes: 1, Image: nodeImage(b), StateDir: b.TempDir(), Cluster: "bench",
-		OwnerCert: filepath.Join(config, "owner.pem"), OwnerKey: filepath.Join(config, "owner-key.pem"),
+		Owner:      ownerPair(b, config),
 		TestParams: cmdline.TestMemory + "=5",
 	})
 	if err != nil {
@@ -134,7 +133,7 @@ func coldRestart(b *testing.B, c *multinode.Cluster) time.Duration {
 func bootstrapAt(b *testing.B, config string) time.Duration {
 	c, err := multinode.Launch(context.Background(), multinode.Options{
 		Nodes: 1, Image: nodeImage(b), StateDir: b.TempDir(), Cluster: "loaded",
-		OwnerCert: filepath.Join(config, "owner.pem"), OwnerKey: filepath.Join(config, "owner-key.pem"),
+		Owner: ownerPair(b, config),
 	})
 	if err != nil {
 		b.Fatal(err)

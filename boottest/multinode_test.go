@@ -53,7 +53,7 @@ func TestMultiNode(t *testing.T) {
 func launch(t *testing.T, config string, opts multinode.Options) *multinode.Cluster {
 	t.Helper()
 	opts.StateDir = t.TempDir()
-	opts.OwnerCert, opts.OwnerKey = filepath.Join(config, "owner.pem"), filepath.Join(config, "owner-key.pem")
+	opts.Owner = ownerPair(t, config)
 	opts.Logf = t.Logf
 	c, err := multinode.Launch(context.Background(), opts)
 	if err != nil {
@@ -95,11 +95,7 @@ type multi struct {
 }
 
 func (m *multi) owner(t *testing.T) tls.Certificate {
-	kp, err := tls.LoadX509KeyPair(filepath.Join(m.config, "owner.pem"), filepath.Join(m.config, "owner-key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kp
+	return ownerPair(t, m.config)
 }
 
 // client connects as the owner through the given nodes only.
@@ -163,7 +159,7 @@ func (m *multi) threeVoters(t *testing.T) {
 	cmd := exec.Command("etcdctl", "member", "list")
 	cmd.Env = append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS=https://"+strings.Join(m.c.Endpoints(), ",https://"),
 		"ETCDCTL_CACERT="+m.c.CAFile, "ETCDCTL_CERT="+filepath.Join(m.config, "owner.pem"),
-		"ETCDCTL_KEY="+filepath.Join(m.config, "owner-key.pem"))
+		"ETCDCTL_KEY="+ownerKeyFile(t, m.config))
 	out, err := cmd.CombinedOutput()
 	if err != nil || strings.Count(string(out), ", started, ") != 3 || strings.Count(string(out), ", false\n") != 3 {
 		t.Errorf("etcdctl member list: %v\n%s", err, out)
@@ -393,7 +389,7 @@ func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
 		t.Errorf("recovery keys without the owner key, on a disk whose unlock key the cluster holds: %v\n%s", err, out)
 	}
 	dir := t.TempDir()
-	cli(t, "recovery", "keys", n.Disk(), "--owner-key", filepath.Join(m.config, "owner-key.pem"), "--out", dir)
+	cli(t, "recovery", "keys", n.Disk(), "--owner-key", filepath.Join(m.config, "owner-key.age"), "--out", dir)
 	out = []byte(cli(t, "recovery", "volume-key", n.Disk(), "--luk", filepath.Join(dir, "luk.key"), "--cuk", filepath.Join(dir, "cuk.key"),
 		"--out", filepath.Join(dir, "volume.key")))
 	vm, line := openInGuest(t, n.Disk(), filepath.Join(dir, "volume.key"), string(out))

@@ -94,10 +94,7 @@ func TestRobustness(t *testing.T) {
 	t.Logf("robustness: seed %d, %v of faults, %d nodes (SEED=%d reruns this schedule)", cfg.seed, cfg.duration, cfg.nodes, cfg.seed)
 	config := owner(t)
 	c := launch(t, config, multinode.Options{Nodes: cfg.nodes, Image: nodeImage(t), Cluster: "robust", TPM: true, VolatileCache: true, Control: true})
-	owner, err := tls.LoadX509KeyPair(filepath.Join(config, "owner.pem"), filepath.Join(config, "owner-key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	owner := ownerPair(t, config)
 	r := &faultRun{t: t, c: c, config: config, nodes: slices.Clone(c.Nodes), owner: owner, rand: rand.New(rand.NewPCG(cfg.seed, 0)),
 		faults: map[string]int{}, clients: map[string]*clientv3.Client{}}
 	for _, n := range r.nodes {

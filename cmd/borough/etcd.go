@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -58,14 +57,6 @@ func caPath(node string) string {
 	return filepath.Join(configDir, "clusters", strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(node), "ca.pem")
 }
 
-func ownerKeyPair() (tls.Certificate, error) {
-	kp, err := tls.LoadX509KeyPair(ownerCertPath(), ownerKeyPath())
-	if err != nil {
-		return kp, fmt.Errorf("loading the owner's identity (borough owner init): %w", err)
-	}
-	return kp, nil
-}
-
 // pinCA returns the path of node's pinned cluster CA, pinning it first if
 // this is the first use.
 func pinCA(node, fingerprint string) (string, error) {
@@ -102,12 +93,17 @@ func etcdEnv(stdout io.Writer, node, fingerprint string) error {
 	if err != nil {
 		return err
 	}
+	key, err := clearKeyFile()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "# ETCDCTL_KEY is the owner key decrypted for etcdctl: remove %s when done\n", key)
 	for _, kv := range [][2]string{
 		{"ETCDCTL_API", "3"},
 		{"ETCDCTL_ENDPOINTS", "https://" + node},
 		{"ETCDCTL_CACERT", ca},
 		{"ETCDCTL_CERT", ownerCertPath()},
-		{"ETCDCTL_KEY", ownerKeyPath()},
+		{"ETCDCTL_KEY", key},
 	} {
 		fmt.Fprintf(stdout, "export %s=%s\n", kv[0], kv[1])
 	}

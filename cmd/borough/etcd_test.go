@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/borough-os/borough/internal/ownerkey"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -29,6 +30,7 @@ func TestPinnedCAMismatch(t *testing.T) {
 
 func TestOwnerInitAndBootstrap(t *testing.T) {
 	configDir = t.TempDir()
+	t.Setenv(ownerkey.PassphraseEnv, "a test owner's passphrase")
 	var out strings.Builder
 	if err := run([]string{"--config", configDir, "owner", "init"}, &out, &out); err != nil {
 		t.Fatal(err)

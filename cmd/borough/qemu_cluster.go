@@ -68,9 +68,17 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 			c.Close()
 		}
 	}()
+	owner, err := ownerKeyPair()
+	if err != nil {
+		return err
+	}
+	key, err := clearKeyFile()
+	if err != nil {
+		return err
+	}
 	c, err := multinode.Launch(ctx, multinode.Options{
 		Nodes: f.nodes, Image: f.image, StateDir: f.state, Cluster: f.name, TPM: f.tpm, MemoryMiB: f.mem,
-		OwnerCert: ownerCertPath(), OwnerKey: ownerKeyPath(), ClientPorts: ports, APIPorts: apiPorts,
+		Owner: owner, ClientPorts: ports, APIPorts: apiPorts,
 		Console: func(i int) io.Writer { return consoles[i] },
 		Logf:    func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) },
 	})
@@ -87,7 +95,7 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 		{"ETCDCTL_ENDPOINTS", strings.Join(urls, ",")},
 		{"ETCDCTL_CACERT", c.CAFile},
 		{"ETCDCTL_CERT", ownerCertPath()},
-		{"ETCDCTL_KEY", ownerKeyPath()},
+		{"ETCDCTL_KEY", key},
 	} {
 		fmt.Fprintf(out, "export %s=%s\n", kv[0], kv[1])
 	}

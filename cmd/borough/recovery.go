@@ -57,7 +57,7 @@ func recoveryKeysCommand() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&outDir, "out", ".", "directory for luk.key and cuk.key")
-	c.Flags().StringVar(&ownerKey, "owner-key", "", "the cluster owner's private key (PEM): open the keys the node sealed to its owner")
+	c.Flags().StringVar(&ownerKey, "owner-key", "", "the cluster owner's private key (owner-key.age, or PEM): open the keys the node sealed to its owner")
 	return c
 }
 
@@ -96,7 +96,7 @@ func readESPFile(disk string, f esp.File) ([]byte, error) {
 
 // ownerKeys opens the keys the node on disk sealed to its owner.
 func ownerKeys(stdout io.Writer, disk, ownerKey, outDir string) error {
-	pemKey, err := os.ReadFile(ownerKey)
+	pemKey, err := readOwnerKey(ownerKey)
 	if err != nil {
 		return err
 	}

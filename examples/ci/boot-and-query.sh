@@ -8,12 +8,16 @@
 #   BOROUGH   the host CLI (default out/bin/borough)
 #   PORT      the host port the node's client port is forwarded to (2379)
 #   TIMEOUT   how long the boot may take (default 5m)
+#   BOROUGH_OWNER_PASSPHRASE  encrypts the throwaway owner's key (default:
+#             a random one, for this run only)
 set -euo pipefail
 image=${1:?usage: examples/ci/boot-and-query.sh IMAGE}
 borough=${BOROUGH:-out/bin/borough}
 port=${PORT:-2379}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+BOROUGH_OWNER_PASSPHRASE=${BOROUGH_OWNER_PASSPHRASE:-$(head -c 24 /dev/urandom | base64)}
+export BOROUGH_OWNER_PASSPHRASE
 
 "$borough" --config "$work/config" owner init
 "$borough" --config "$work/config" enrolment bootstrap --cluster ci --out "$work/ci.pb"

@@ -65,8 +65,9 @@ type Options struct {
 	// StateDir keeps the nodes' disks, firmware variables, TPM state,
 	// configs and the LAN socket. Required.
 	StateDir string
-	// OwnerCert and OwnerKey are the owner's PEM files.
-	OwnerCert, OwnerKey string
+	// Owner is the owner's identity, whose certificate the cluster
+	// trusts.
+	Owner tls.Certificate
 	// Cluster is the cluster's name; default "borough".
 	Cluster string
 	// TPM gives every node a TPM (swtpm).
@@ -165,9 +166,9 @@ func Launch(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	owner, err := tls.LoadX509KeyPair(opts.OwnerCert, opts.OwnerKey)
-	if err != nil {
-		return nil, fmt.Errorf("loading the owner's identity: %w", err)
+	owner := opts.Owner
+	if len(owner.Certificate) == 0 {
+		return nil, errors.New("multinode: Options.Owner holds no certificate")
 	}
 	sock := filepath.Join(opts.StateDir, "lan.sock")
 	os.Remove(sock)
@@ -365,16 +366,8 @@ func (c *Cluster) JoinConfig(n *Node, ticket []byte) (string, error) {
 func (n *Node) Disk() string { return n.opts.Image }
 
 func (c *Cluster) bootstrapConfig(n *Node) (string, error) {
-	b, err := os.ReadFile(c.opts.OwnerCert)
-	if err != nil {
-		return "", err
-	}
-	owner, err := pki.ParseCertPEM(b)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", c.opts.OwnerCert, err)
-	}
 	return c.writeConfig(n, &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Bootstrap{
-		Bootstrap: &enrolmentpb.Bootstrap{ClusterName: c.opts.Cluster, OwnerCertificate: owner.Raw},
+		Bootstrap: &enrolmentpb.Bootstrap{ClusterName: c.opts.Cluster, OwnerCertificate: c.owner.Certificate[0]},
 	}, Network: c.network(n)})
 }
 

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"crypto"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/term"
+
+	"github.com/borough-os/borough/internal/ownerkey"
+	"github.com/borough-os/borough/internal/pki"
+)
+
+// errNoPassphrase is a passphrase needed where nothing can give one.
+var errNoPassphrase = fmt.Errorf("the owner key is encrypted: run from a terminal, or set %s or %s",
+	ownerkey.PassphraseEnv, ownerkey.PassphraseFileEnv)
+
+// passphrase is the owner key's passphrase, from the environment or the
+// terminal.
+func passphrase(prompt string) (string, error) {
+	if p, ok, err := ownerkey.FromEnv(); ok || err != nil {
+		return p, err
+	}
+	fd := int(os.Stdin.Fd())
+	if !term.IsTerminal(fd) {
+		return "", errNoPassphrase
+	}
+	fmt.Fprint(os.Stderr, prompt)
+	b, err := term.ReadPassword(fd)
+	fmt.Fprintln(os.Stderr)
+	return string(b), err
+}
+
+// newPassphrase asks for a new passphrase, twice on a terminal.
+func newPassphrase() (string, error) {
+	if p, ok, err := ownerkey.FromEnv(); ok || err != nil {
+		return p, err
+	}
+	p, err := passphrase("new passphrase for the owner key: ")
+	if err != nil {
+		return "", err
+	}
+	again, err := passphrase("the same again: ")
+	if err != nil {
+		return "", err
+	}
+	if p != again {
+		return "", errors.New("the two passphrases differ")
+	}
+	return p, nil
+}
+
+// ownerKeyPEM is the owner's private key, decrypted, or read in clear
+// from where an older Borough kept it (with a warning).
+func ownerKeyPEM() ([]byte, error) {
+	return readOwnerKey(ownerKeyPath())
+}
+
+// readOwnerKey reads an owner key file, decrypting it if it is encrypted.
+func readOwnerKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && path == ownerKeyPath() {
+		if clear, cerr := os.ReadFile(clearKeyPath()); cerr == nil {
+			fmt.Fprintf(os.Stderr, "warning: the owner key %s is kept in clear: `borough owner encrypt` encrypts it\n", clearKeyPath())
+			return clear, nil
+		}
+		return nil, fmt.Errorf("no owner key at %s: run `borough owner init` first", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ownerkey.Sealed(b) {
+		return b, nil
+	}
+	p, err := passphrase("passphrase of the owner key " + path + ": ")
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := ownerkey.Open(b, p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return keyPEM, nil
+}
+
+// unlocked is the owner's identity once decrypted, by config directory:
+// one command asks for the passphrase once.
+var unlocked = map[string]tls.Certificate{}
+
+func ownerKeyPair() (tls.Certificate, error) {
+	if kp, ok := unlocked[configDir]; ok {
+		return kp, nil
+	}
+	certPEM, err := os.ReadFile(ownerCertPath())
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("loading the owner's identity (borough owner init): %w", err)
+	}
+	keyPEM, err := ownerKeyPEM()
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	kp, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return kp, fmt.Errorf("the owner's identity in %s: %w", configDir, err)
+	}
+	unlocked[configDir] = kp
+	return kp, nil
+}
+
+// clearKeyFile writes the owner key decrypted, for tools that take only a
+// file (etcdctl), to the user's runtime directory (memory-backed where
+// XDG_RUNTIME_DIR is set), readable by the user alone, and returns its
+// path, which names the owner: one user may have several.
+func clearKeyFile() (string, error) {
+	kp, err := ownerKeyPair()
+	if err != nil {
+		return "", err
+	}
+	keyPEM, err := pki.KeyPEM(kp.PrivateKey.(crypto.Signer))
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(kp.Certificate[0])
+	dir := os.Getenv("XDG_RUNTIME_DIR")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "borough-"+strconv.Itoa(os.Getuid()))
+	}
+	dir = filepath.Join(dir, "borough")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "owner-key-"+hex.EncodeToString(sum[:8])+".pem")
+	if err := os.WriteFile(path, keyPEM, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
