@@ -56,13 +56,9 @@ func newPassphrase() (string, error) {
 	return p, nil
 }
 
-// ownerKeyPEM is the owner's private key, decrypted, or read in clear
-// from where an older Borough kept it (with a warning).
-func ownerKeyPEM() ([]byte, error) {
-	return readOwnerKey(ownerKeyPath())
-}
-
-// readOwnerKey reads an owner key file, decrypting it if it is encrypted.
+// readOwnerKey reads an owner key file, decrypting it if it is encrypted;
+// for the config directory's, from where an older Borough kept it in
+// clear if that is all there is (with a warning).
 func readOwnerKey(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) && path == ownerKeyPath() {
@@ -101,7 +97,7 @@ func ownerKeyPair() (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("loading the owner's identity (borough owner init): %w", err)
 	}
-	keyPEM, err := ownerKeyPEM()
+	keyPEM, err := readOwnerKey(ownerKeyPath())
 	if err != nil {
 		return tls.Certificate{}, err
 	}
