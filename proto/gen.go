@@ -3,4 +3,4 @@
 // protobuf-compiler and protoc-gen-go.
 package proto
 
-//go:generate protoc --go_out=. --go_opt=module=github.com/borough-os/borough/proto enrolment.proto join.proto node.proto unlock.proto
+//go:generate protoc --go_out=. --go_opt=module=github.com/borough-os/borough/proto authority.proto enrolment.proto join.proto node.proto unlock.proto
