@@ -3,6 +3,7 @@
 package boottest
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -173,7 +174,7 @@ func TestCluster(t *testing.T) {
 	state := t.TempDir()
 	port, apiPort := freePort(t), freePort(t)
 	api := "127.0.0.1:" + strconv.Itoa(apiPort)
-	opts := qemu.Options{Image: img, StateDir: state, FwCfg: cfgFile,
+	opts := qemu.Options{Image: img, StateDir: state, FwCfg: cfgFile, TPM: true,
 		Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: apiPort, Guest: 7835}}}
 	vm := boot(t, opts)
 	expect(t, vm, bootTimeout, "borough: enrolment config source=\"fw_cfg opt/borough/enrolment\" cluster=test",
@@ -251,6 +252,64 @@ func TestCluster(t *testing.T) {
 	powerOff(t, vm)
 	if rec := readESPFile(t, img, esp.NodeState); !strings.Contains(string(rec), `"phase": "member"`) {
 		t.Errorf("the ESP's node state record was not repaired: %q", rec)
+	}
+
+	forgedRecord(t, img, opts, config, env, api)
+}
+
+// forgedRecord plays someone who can write the disk of the TPM node of
+// TestCluster while it is off and wants to become its owner: (a) the
+// record of the applied config rewritten with another owner and the TPM
+// disabled; (b) the record deleted, and a config of theirs put on the
+// ESP. Each time the node unlocks as its keys are kept, refuses the
+// record by name, runs with its data and its real owner, refuses the
+// forged owner on its node API, and puts the genuine record back.
+func forgedRecord(t *testing.T, img string, opts qemu.Options, config string, env map[string]string, api string) {
+	genuine := readESPFile(t, img, esp.AppliedEnrolment)
+	forger := owner(t)
+	forgedFile := filepath.Join(t.TempDir(), "forged.pb")
+	cli(t, "--config", forger, "enrolment", "bootstrap", "--cluster", "test", "--storage-policy", "disabled", "--out", forgedFile)
+	forged, err := os.ReadFile(forgedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromESP := opts
+	fromESP.FwCfg = ""
+	for _, tc := range []struct {
+		name    string
+		forge   func()
+		opts    qemu.Options
+		refused string
+	}{
+		{"(a) another owner, TPM disabled", func() { writeESPFile(t, img, esp.AppliedEnrolment, forged) }, opts,
+			"it differs from the data volume's record in the owner"},
+		{"(b) record deleted, another config", func() {
+			removeESPFile(t, img, esp.AppliedEnrolment)
+			writeESPFile(t, img, esp.EnrolmentConfig, forged)
+		}, fromESP, "it is missing"},
+	} {
+		t.Logf("forged enrolment record %s", tc.name)
+		tc.forge()
+		vm := boot(t, tc.opts)
+		expect(t, vm, bootTimeout, "provisional=true", "borough: storage: data volume unlocked",
+			"borough: error: refused "+string(esp.AppliedEnrolment)+": "+tc.refused,
+			"enrolment record confirmed by the data volume", "borough: state Restarting -> Running", running)
+		if strings.Contains(vm.Console(), "IN CLEAR") {
+			t.Errorf("%s: the node took the forged storage policy", tc.name)
+		}
+		contains(t, tc.name+": the forged owner on the node API",
+			cliFails(t, "--config", forger, "node", "info", api, "--unverified"), "certificate")
+		contains(t, tc.name+": the real owner on the node API", cli(t, "--config", config, "node", "info", api), "cluster      test")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		get, err := client(t, env, env["ETCDCTL_CERT"], env["ETCDCTL_KEY"]).Get(ctx, "greeting")
+		cancel()
+		if err != nil || len(get.Kvs) != 1 {
+			t.Errorf("%s: the real owner's greeting: %v, %v", tc.name, get, err)
+		}
+		powerOff(t, vm)
+		if rec := readESPFile(t, img, esp.AppliedEnrolment); !bytes.Equal(rec, genuine) {
+			t.Errorf("%s: the ESP's record was not put back: %d bytes, want the genuine %d", tc.name, len(rec), len(genuine))
+		}
 	}
 }
 

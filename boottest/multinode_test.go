@@ -722,7 +722,7 @@ const electionBound = 10 * time.Second
 // address given for the wrong member is refused by its certificate first.
 func (m *multi) rollingUpdate(t *testing.T) {
 	nodes := m.c.Nodes[:3]
-	next := versionedImage(t, "1.1.0")
+	next := signedImage(t, m.config, "1.1.0")
 	var eps []string
 	for _, n := range nodes {
 		eps = append(eps, n.Endpoint())

@@ -498,7 +498,7 @@ func (r *faultRun) joined(before []string) []string {
 func (r *faultRun) update() {
 	r.version++
 	version := fmt.Sprintf("1.%d.0", r.version)
-	img := versionedImage(r.t, version)
+	img := signedImage(r.t, r.config, version)
 	var eps []string
 	for _, n := range r.nodes {
 		eps = append(eps, n.Endpoint())

@@ -192,6 +192,14 @@ func writeESPFile(t *testing.T, img string, f esp.File, content []byte) {
 	}
 }
 
+// removeESPFile deletes a file from the image's ESP (mtools).
+func removeESPFile(t *testing.T, img string, f esp.File) {
+	t.Helper()
+	if out, err := exec.Command("mdel", "-i", espTarget(t, img), "::/"+string(f)).CombinedOutput(); err != nil {
+		t.Fatalf("mdel %s: %v\n%s", f, err, out)
+	}
+}
+
 // readESPFile returns a file on the image's ESP (mtools).
 func readESPFile(t *testing.T, img string, f esp.File) []byte {
 	t.Helper()

@@ -20,8 +20,8 @@ import (
 // running`.
 func BenchmarkUpdate(b *testing.B) {
 	config, cfgFile := bootstrapped(b, "bench")
-	v1, v2 := versionedImage(b, "1.0.0"), versionedImage(b, "1.1.0")
-	failing := versionedImage(b, "1.2.0", cmdline.TestFatal+"=bench")
+	v1, v2 := versionedImage(b, "1.0.0"), signedImage(b, config, "1.1.0")
+	failing := signedImage(b, config, "1.2.0", cmdline.TestFatal+"=bench")
 	apiPort := freePort(b)
 	api := "127.0.0.1:" + strconv.Itoa(apiPort)
 	vm, err := qemu.Start(b.Context(), qemu.Options{Image: v1, StateDir: b.TempDir(), Network: true, FwCfg: cfgFile,

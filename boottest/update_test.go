@@ -8,10 +8,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/update"
+	"github.com/borough-os/borough/proto/nodepb"
 	"github.com/borough-os/borough/qemu"
 )
 
@@ -20,6 +25,15 @@ func versionedImage(t testing.TB, version string, params ...string) string {
 	t.Helper()
 	initramfs := read(t, filepath.Join(testOut(t), "initramfs.cpio.zst"))
 	return writeImage(t, versionedBootBinary(t, initramfs, version, params...), nil)
+}
+
+// signedImage is versionedImage signed by the owner of config (`borough
+// image sign`), for the owner's nodes to take as an update.
+func signedImage(t testing.TB, config, version string, params ...string) string {
+	t.Helper()
+	img := versionedImage(t, version, params...)
+	cli(t, "--config", config, "image", "sign", img)
+	return img
 }
 
 // TestUpdate runs one node with a TPM through A/B updates by its owner:
@@ -31,8 +45,8 @@ func versionedImage(t testing.TB, version string, params ...string) string {
 func TestUpdate(t *testing.T) {
 	t.Parallel()
 	config, cfgFile := bootstrapped(t, "updates")
-	v1, v2 := versionedImage(t, "1.0.0"), versionedImage(t, "1.1.0")
-	failing := versionedImage(t, "1.2.0", cmdline.TestFatal+"=the-new-version-fails")
+	v1, v2 := versionedImage(t, "1.0.0"), signedImage(t, config, "1.1.0")
+	failing := signedImage(t, config, "1.2.0", cmdline.TestFatal+"=the-new-version-fails")
 	port, apiPort := freePort(t), freePort(t)
 	api := "127.0.0.1:" + strconv.Itoa(apiPort)
 	opts := qemu.Options{Image: v1, StateDir: t.TempDir(), FwCfg: cfgFile, Watchdog: true, TPM: true,
@@ -61,6 +75,10 @@ func TestUpdate(t *testing.T) {
 	parent := t
 	contains(t, "node info", cli(t, "--config", config, "node", "info", api, "--fingerprint", fp),
 		"version      1.0.0", "boot slot    A")
+
+	t.Run("refused before a byte is written", func(t *testing.T) {
+		refusedUpdates(t, config, api, failing)
+	})
 
 	t.Run("the new system fails", func(t *testing.T) {
 		out := cliFails(t, "--config", config, "update", api, failing)
@@ -110,8 +128,49 @@ func TestUpdate(t *testing.T) {
 	})
 
 	t.Run("downgrade refused", func(t *testing.T) {
+		cli(t, "--config", config, "image", "sign", v1)
 		contains(t, "a downgrade", cliFails(t, "--config", config, "update", api, v1),
-			"version 1.0.0 is older than the running 1.1.0: a downgrade")
+			"version 1.0.0 is older than the running 1.1.0: a downgrade needs the owner's statement for it")
 	})
 	powerOff(t, vm)
+}
+
+// refusedUpdates sends the node at api, which runs 1.0.0 from slot A and
+// has installed nothing yet, the updates an attacker would (e): unsigned
+// (straight to the node API, as the CLI refuses to send it), with another
+// version's statement, with a boot binary changed after it
+// was signed, signed by another key. Each is refused with the reason,
+// and slot B stays empty. other is an image of 1.2.0 that the owner of
+// config signed.
+func refusedUpdates(t *testing.T, config, api, other string) {
+	unsigned := versionedImage(t, "1.1.0")
+	boot := readESPFile(t, unsigned, esp.BootBinary)
+	sha, err := update.PayloadSHA(boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &nodeapi.Client{Addr: api, Owner: ownerPair(t, config), Unverified: true}
+	_, err = c.Update(context.Background(), &nodepb.UpdateRequest{BootBinary: boot, Payload: readESPFile(t, unsigned, esp.NodePayload(sha))})
+	if err == nil || !strings.Contains(err.Error(), "the update is not signed") {
+		t.Errorf("an unsigned update sent straight to the node API: %v, want refused as not signed", err)
+	}
+	swapped := versionedImage(t, "1.1.0")
+	writeESPFile(t, swapped, esp.ReleaseStatement, readESPFile(t, other, esp.ReleaseStatement))
+	tampered := signedImage(t, config, "1.1.0")
+	writeESPFile(t, tampered, esp.BootBinary, append(readESPFile(t, tampered, esp.BootBinary), 0))
+	stranger := versionedImage(t, "1.1.0")
+	cli(t, "--config", owner(t), "image", "sign", stranger)
+	for _, tc := range []struct{ name, img, reason string }{
+		{"unsigned, through the CLI", unsigned, "release.sig is not on the ESP"},
+		{"another version's statement", swapped, "the owner signed version 1.2.0, but the update's boot binary is version 1.1.0"},
+		{"boot binary changed", tampered, "the update's boot binary is not the one the owner signed for version 1.1.0"},
+		{"signed by another key", stranger, "the statement is not signed by this node's owner"},
+	} {
+		contains(t, tc.name, cliFails(t, "--config", config, "update", api, tc.img), tc.reason)
+	}
+	info := cli(t, "--config", config, "node", "info", api)
+	contains(t, "node info after refused updates", info, "version      1.0.0", "boot slot    A")
+	if strings.Contains(info, "update  ") {
+		t.Errorf("a refused update was recorded:\n%s", info)
+	}
 }

@@ -44,6 +44,10 @@ const (
 	// RandomSeed is a random seed for the kernel's generator, replaced on
 	// every boot (internal/entropy).
 	RandomSeed File = Dir + "/random-seed"
+	// ReleaseStatement, on an image, is the owner's signed statement that
+	// lets its boot binary and node payload onto their nodes as an update
+	// (internal/update, SignRelease); the node does not read it.
+	ReleaseStatement File = Dir + "/release.sig"
 	// MemberDirectory lists the cluster's members and their last peer
 	// URLs, for a node that restarts while etcd cannot yet tell it.
 	MemberDirectory File = Dir + "/members.json"

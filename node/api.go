@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/borough-os/borough/internal/cluster"
@@ -75,17 +77,27 @@ func (l *logs) journalService() supervisor.Service {
 
 // apiService is the node API for the cluster's owner: the one the
 // enrolment names, or for a joined node the one the cluster gave it.
-func apiService(enrol *enrolment.Enrolment, mgr *cluster.Manager, lg *logs, about about, requests chan<- int) supervisor.Service {
+// current is the enrolment config in force: Load's until the data volume
+// confirms it (bringUp), and until then the API acts on nothing.
+func apiService(current *atomic.Pointer[enrolment.Enrolment], mgr *cluster.Manager, lg *logs, about about, requests chan<- int) supervisor.Service {
 	owner := func() *x509.Certificate {
-		if enrol.Owner != nil {
-			return enrol.Owner
+		if e := current.Load(); e.Owner != nil {
+			return e.Owner
 		}
 		return mgr.Owner()
 	}
 	s := &nodeapi.Server{
 		Owner: owner, Identity: mgr.Identity, Logs: lg.tree, Journal: lg.journal,
-		Info:   func() *nodepb.Info { return about.info(mgr.Status(), enrol.ClusterName) },
-		Update: about.updates.install,
+		Info: func() *nodepb.Info { return about.info(mgr.Status(), current.Load().ClusterName) },
+		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
+			return about.updates.install(req, owner())
+		},
+		Unconfirmed: func() error {
+			if current.Load().Provisional() {
+				return errors.New("its enrolment record on the ESP is not yet confirmed by its data volume, which is still locked")
+			}
+			return nil
+		},
 		Power: func(a nodepb.PowerRequest_Action) {
 			code := pid1.ExitPoweroff
 			if a == nodepb.PowerRequest_ACTION_REBOOT {

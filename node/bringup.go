@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/borough-os/borough/internal/cluster"
@@ -60,8 +61,10 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		return nil, nil
 	}
 	tl.Mark(timeline.Network)
+	var current atomic.Pointer[enrolment.Enrolment]
+	current.Store(enrol)
 	failed := []supervisor.Service{{Name: "network", Run: net.Run},
-		apiService(enrol, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates}, b.requests)}
+		apiService(&current, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates}, b.requests)}
 	ntpServers := enrol.NTPServers
 	if len(ntpServers) == 0 {
 		ntpServers = net.NTPServers()
@@ -78,17 +81,20 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		mgr.Fail(err)
 		return failed, nil
 	}
-	book, err := sealBook(t, enrol.StoragePolicy)
+	policy := enrol.StoragePolicy
+	if enrol.Provisional() {
+		policy = storage.KeyPolicy(storage.ESPRoot, policy)
+	}
+	book, err := sealBook(t, policy)
 	if err != nil {
 		return nil, err
 	}
 	b.updates.useSeals(book)
-	keys := clusterKeys(ctx, log, book, enrol.StoragePolicy)
-	keys.OwnerRecovery = enrol.OwnerRecovery
+	keys := clusterKeys(ctx, log, book, policy)
 	if err := st.MountData(storage.Config{
 		TPM:         t,
 		Seals:       book,
-		Policy:      enrol.StoragePolicy,
+		Policy:      policy,
 		ClusterKeys: keys,
 		LocalKey:    keys.SetLocalKey,
 		Pause:       pauseHook(log, params, "storage"),
@@ -96,6 +102,11 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		return nil, err
 	}
 	tl.Mark(timeline.Storage)
+	if enrol, err = confirmEnrolment(log, enrol, policy); err != nil {
+		return nil, err
+	}
+	current.Store(enrol)
+	keys.OwnerRecovery = enrol.OwnerRecovery
 	b.updates.settleRollBack()
 	if err := testMarker(log, params); err != nil {
 		return nil, err
@@ -117,6 +128,26 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	return services, nil
 }
 
+// confirmEnrolment matches the enrolment record Load read from the ESP to
+// the data volume's, now mounted, and returns the config the node runs
+// from: a forged ESP record is refused and repaired (package enrolment).
+// The keys were unlocked under policy, how the ESP keeps them; the
+// confirmed storage policy must not require more.
+func confirmEnrolment(log *slog.Logger, enrol *enrolment.Enrolment, policy keyfile.TPMPolicy) (*enrolment.Enrolment, error) {
+	confirmed, err := enrolment.Confirm(log, enrol, storage.ESPRoot, storage.DataRoot)
+	if err != nil {
+		return nil, err
+	}
+	if err := storage.CheckPolicy(confirmed.StoragePolicy, policy); err != nil {
+		return nil, err
+	}
+	if enrol.Provisional() {
+		log.Info("enrolment record confirmed by the data volume", "owner", ownerName(confirmed),
+			"storage_policy", confirmed.StoragePolicy.String())
+	}
+	return confirmed, nil
+}
+
 // withoutDrivers adds the network controllers without a driver to a
 // network that found no link: most likely the reason.
 func withoutDrivers(err error, hw hardware.Report) error {
@@ -133,16 +164,21 @@ func logEnrolment(log *slog.Logger, e *enrolment.Enrolment) {
 			" with NO OWNER; only this node's local clients can reach it")
 		return
 	}
-	owner := "none"
-	if e.Owner != nil {
-		owner = pki.Fingerprint(e.Owner)
-	}
+	owner := ownerName(e)
 	mode := "bootstrap"
 	if e.Ticket != nil {
 		mode = "join"
 	}
 	log.Info("enrolment config", "source", e.Source, "cluster", e.ClusterName, "mode", mode, "owner", owner,
-		"storage_policy", e.StoragePolicy.String())
+		"storage_policy", e.StoragePolicy.String(), "provisional", e.Provisional())
+}
+
+// ownerName is the fingerprint of e's owner, or "none".
+func ownerName(e *enrolment.Enrolment) string {
+	if e.Owner == nil {
+		return "none"
+	}
+	return pki.Fingerprint(e.Owner)
 }
 
 // openTPM opens the machine's TPM; it returns nil if there is none.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -130,8 +131,9 @@ func (u *updater) confirmService(mgr *cluster.Manager) *supervisor.Service {
 	}}
 }
 
-// install installs an update from the node API and arms its try boot.
-func (u *updater) install(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
+// install installs an update from the node API, if owner signed it, and
+// arms its try boot.
+func (u *updater) install(req *nodepb.UpdateRequest, owner *x509.Certificate) (*nodepb.UpdateResponse, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.outcome == update.TryBoot {
@@ -142,7 +144,7 @@ func (u *updater) install(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, er
 		return nil, err
 	}
 	rec, err := update.Install(storage.ESPRoot, u.running,
-		update.Update{BootBinary: req.GetBootBinary(), Payload: req.GetPayload(), Force: req.GetForce()})
+		update.Update{BootBinary: req.GetBootBinary(), Payload: req.GetPayload(), Release: req.GetRelease()}, owner)
 	if err != nil {
 		return nil, err
 	}

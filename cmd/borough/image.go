@@ -22,7 +22,7 @@ import (
 
 func imageCommand() *cobra.Command {
 	c := &cobra.Command{Use: "image", Short: "Build Borough disk images"}
-	c.AddCommand(imageBuildCommand(), imageEnrolCommand())
+	c.AddCommand(imageBuildCommand(), imageEnrolCommand(), imageSignCommand())
 	return c
 }
 
@@ -38,6 +38,7 @@ type imageBuildFlags struct {
 	kernel, init, node, stub, outDir string
 	size, version, appendArgs        string
 	secureBoot                       string
+	sign                             bool
 }
 
 func imageBuildCommand() *cobra.Command {
@@ -69,6 +70,7 @@ SOURCE_DATE_EPOCH, when set, stamps the files on the ESP.`,
 	c.Flags().StringVar(&f.secureBoot, "secureboot", "",
 		"directory of the owner's Secure Boot keys (borough secureboot init): sign the boot binary with its db key "+
 			"and put its signed key updates on the ESP, for the node to enrol in setup mode")
+	c.Flags().BoolVar(&f.sign, "sign", false, "sign the version with the owner's key (borough image sign), for the owner's nodes to take as an update")
 	return c
 }
 
@@ -140,6 +142,9 @@ func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
 		return err
 	}
 	done()
+	if f.sign {
+		return signImage(cmd.OutOrStdout(), filepath.Join(f.outDir, imageFile), false)
+	}
 	return nil
 }
 

@@ -33,6 +33,16 @@ func enrolImage(stdout io.Writer, image, config string) error {
 	if _, err := enrolment.Parse(b, config, time.Now()); err != nil {
 		return err
 	}
+	if err := writeESPFile(image, esp.EnrolmentConfig, b); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s to the ESP of %s\n", esp.EnrolmentConfig, image)
+	return nil
+}
+
+// writeESPFile writes b as f into the ESP of a disk image (or disk),
+// without mounting it.
+func writeESPFile(image string, f esp.File, b []byte) error {
 	index, _, err := findPartition(image, partition.ESPType)
 	if err != nil {
 		return err
@@ -46,17 +56,13 @@ func enrolImage(stdout io.Writer, image, config string) error {
 	if err != nil {
 		return fmt.Errorf("reading the ESP of %s: %w", image, err)
 	}
-	f, err := fs.OpenFile("/"+string(esp.EnrolmentConfig), os.O_CREATE|os.O_RDWR|os.O_TRUNC)
+	file, err := fs.OpenFile("/"+string(f), os.O_CREATE|os.O_RDWR|os.O_TRUNC)
 	if err != nil {
-		return fmt.Errorf("creating %s on the ESP: %w", esp.EnrolmentConfig, err)
+		return fmt.Errorf("creating %s on the ESP: %w", f, err)
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s on the ESP: %w", esp.EnrolmentConfig, err)
+	if _, err := file.Write(b); err != nil {
+		file.Close()
+		return fmt.Errorf("writing %s on the ESP: %w", f, err)
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "wrote %s to the ESP of %s\n", esp.EnrolmentConfig, image)
-	return nil
+	return file.Close()
 }

@@ -22,7 +22,6 @@ import (
 type updateFlags struct {
 	api          apiFlags
 	cluster      bool
-	force        bool
 	wait, settle time.Duration
 	addrs        []string
 }
@@ -37,7 +36,9 @@ borough image build wrote, as out/borough.img) to the node. The node writes
 them into its other boot slot, reboots into it once, and keeps it only when
 the new system runs and its cluster answers it; otherwise the machine goes
 back to the version it ran by itself. update waits for either and says
-which. An older or the same version is refused unless --force.
+which. The node takes only an image its owner signed (borough image sign),
+and an older or the same version only if the owner signed it with
+--downgrade.
 
 With --cluster, ENDPOINTS are etcd client endpoints of a cluster (HOST:PORT,
 comma-separated; give more than one, as the member behind each reboots in
@@ -50,7 +51,7 @@ client URL's host at port 7835, or the address --api NAME=HOST:PORT gives;
 it must present its certificate for its member name.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			up, err := readUpdate(args[1], f.force)
+			up, err := readUpdate(args[1])
 			if err != nil {
 				return err
 			}
@@ -68,7 +69,6 @@ it must present its certificate for its member name.`,
 		},
 	}
 	f.api.add(c)
-	c.Flags().BoolVar(&f.force, "force", false, "install a version that is not newer than the running one")
 	c.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long to wait for a node to confirm or roll back")
 	c.Flags().BoolVar(&f.cluster, "cluster", false, "update every member of the cluster at ENDPOINTS, one at a time")
 	c.Flags().DurationVar(&f.settle, "settle", 10*time.Minute, "with --cluster, how long to wait for every member to run before the next")
@@ -76,25 +76,37 @@ it must present its certificate for its member name.`,
 	return c
 }
 
-// readUpdate reads the boot binary and node payload from an image's ESP.
-func readUpdate(image string, force bool) (rollout.Update, error) {
-	boot, err := readESPFile(image, esp.BootBinary)
+// readUpdate reads the boot binary and node payload from an image's ESP,
+// and the owner's statement that lets them onto their nodes.
+func readUpdate(image string) (rollout.Update, error) {
+	boot, payload, err := readRelease(image)
 	if err != nil {
 		return rollout.Update{}, err
 	}
-	sha, err := update.PayloadSHA(boot)
+	statement, err := readESPFile(image, esp.ReleaseStatement)
 	if err != nil {
-		return rollout.Update{}, fmt.Errorf("the boot binary of %s: %w", image, err)
+		return rollout.Update{}, fmt.Errorf("%w: the owner signs an image with borough image sign", err)
 	}
-	payload, err := readESPFile(image, esp.NodePayload(sha))
-	if err != nil {
-		return rollout.Update{}, err
-	}
-	up, err := rollout.NewUpdate(boot, payload, force)
+	up, err := rollout.NewUpdate(boot, payload, statement)
 	if err != nil {
 		return rollout.Update{}, fmt.Errorf("%s: %w", image, err)
 	}
 	return up, nil
+}
+
+// readRelease reads the boot binary and node payload from an image's ESP.
+func readRelease(image string) (boot, payload []byte, err error) {
+	if boot, err = readESPFile(image, esp.BootBinary); err != nil {
+		return nil, nil, err
+	}
+	sha, err := update.PayloadSHA(boot)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the boot binary of %s: %w", image, err)
+	}
+	if payload, err = readESPFile(image, esp.NodePayload(sha)); err != nil {
+		return nil, nil, err
+	}
+	return boot, payload, nil
 }
 
 func runRollout(stdout io.Writer, endpoints string, up rollout.Update, f updateFlags) error {

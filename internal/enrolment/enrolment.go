@@ -3,18 +3,18 @@
 // its storage policy. The schema is proto/enrolment.proto.
 //
 // Load looks in QEMU's fw_cfg first, then on the ESP; with neither, the
-// node bootstraps a cluster with no owner. Parse turns the protobuf into
+// node bootstraps a cluster with no owner. What a node applied on its
+// first boot it keeps on the data volume, and an established node trusts
+// the ESP's copy only once Confirm has matched it to that one (applied.go). Parse turns the protobuf into
 // an Enrolment only if every field makes sense; otherwise it returns a
 // *FieldError naming the field and what is wrong with it. A node with a bad
 // config must not touch its data partition.
 package enrolment
 
 import (
-	"bytes"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -26,7 +26,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/esp"
-	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/fwcfg"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/pki"
@@ -64,6 +63,16 @@ type Enrolment struct {
 	// OwnerRecovery says the node seals its unlock keys to the cluster
 	// owner's key, if the cluster has an owner.
 	OwnerRecovery bool
+
+	// provisional says the config was read from the ESP (or fw_cfg) of an
+	// established node, where nobody authenticates it: until Confirm has
+	// checked it against the data volume's record, nothing in it that
+	// grants authority may be trusted.
+	provisional bool
+	// applied is the config as the records hold it (none: the default).
+	applied []byte
+	// refused says why the ESP's record was not read, if it was not.
+	refused error
 }
 
 // Interface configures one link.
@@ -101,88 +110,6 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
-// Load returns the node's enrolment config.
-//
-// A fresh node (its data partition holds no volume yet) reads the config
-// from fw_cfg, else from the ESP mounted at espRoot, checks it, and
-// records it on the ESP as the config it applied (esp.AppliedEnrolment).
-// With neither, it bootstraps a cluster with no owner. Load does not check
-// the config against the clock, which may not be set yet: a fresh node
-// calls CheckClock once it is.
-//
-// A node that was set up runs from the config it applied, never checked
-// against the clock again: an RTC a year off, or an owner certificate that
-// expired since, must not stop an established node. Of a config in fw_cfg
-// or on the ESP that differs from it, only the network settings are
-// applied (applyNetwork); the rest is ignored, with a warning: a config
-// applies to a node's first boot only. A node without the record (set up
-// before it existed) or with a damaged one applies the current config and
-// records it.
-func Load(log *slog.Logger, espRoot string, fresh bool) (*Enrolment, error) {
-	source, b, err := read(espRoot)
-	if err != nil {
-		return nil, err
-	}
-	record := esp.AppliedEnrolment.In(espRoot)
-	if fresh {
-		e, err := parse(b, source, time.Time{})
-		if err != nil {
-			return nil, err
-		}
-		return e, writeApplied(record, b)
-	}
-	applied, err := os.ReadFile(record)
-	if err == nil {
-		e, perr := parse(applied, "the config this node applied on its first boot", time.Time{})
-		if perr == nil {
-			if source != sourceNone && !bytes.Equal(b, applied) {
-				applyNetwork(log, e, source, b, applied)
-			}
-			return e, nil
-		}
-		err = perr
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		log.Warn("the record of the applied enrolment config is unreadable; applying the current one", "err", err)
-	}
-	e, err := parse(b, source, time.Time{})
-	if err != nil {
-		return nil, err
-	}
-	return e, writeApplied(record, b)
-}
-
-// applyNetwork applies to e, the config the node applied on its first
-// boot, the network settings of b, the config now in source: a machine
-// that moved needs its new addresses, and they cannot weaken what the
-// node trusts (the cluster's peers and owner are known by certificates).
-// Every other difference is ignored, with a warning.
-func applyNetwork(log *slog.Logger, e *Enrolment, source string, b, applied []byte) {
-	cur, err := Parse(b, source, time.Time{})
-	if err != nil {
-		log.Warn("ignoring the enrolment config in "+source+"; running from the one this node applied on its first boot", "err", err)
-		return
-	}
-	e.Interfaces, e.NTPServers = cur.Interfaces, cur.NTPServers
-	if sameButNetwork(b, applied) {
-		log.Info("applying the network settings of the enrolment config in " + source)
-		return
-	}
-	log.Warn("the enrolment config in " + source + " differs from the one this node applied on its first boot " +
-		"in more than its network; applying its network settings and ignoring the rest: " +
-		"an enrolment config applies to a node's first boot only")
-}
-
-// sameButNetwork says whether two configs differ only in their network.
-func sameButNetwork(a, b []byte) bool {
-	var ca, cb enrolmentpb.Config
-	if proto.Unmarshal(a, &ca) != nil || proto.Unmarshal(b, &cb) != nil {
-		return false
-	}
-	ca.Network, cb.Network = nil, nil
-	return proto.Equal(&ca, &cb)
-}
-
 // sourceNone is the source of the default config.
 const sourceNone = "none"
 
@@ -212,14 +139,6 @@ func parse(b []byte, source string, now time.Time) (*Enrolment, error) {
 		return &Enrolment{Source: sourceNone, ClusterName: DefaultClusterName, OwnerRecovery: true}, nil
 	}
 	return Parse(b, source, now)
-}
-
-// writeApplied records b as the applied config, if it is not already.
-func writeApplied(path string, b []byte) error {
-	if err := atomicfile.Update(path, b, 0o600); err != nil {
-		return fmt.Errorf("recording the applied enrolment config: %w", err)
-	}
-	return nil
 }
 
 // Parse decodes and checks a binary enrolment config; source names where

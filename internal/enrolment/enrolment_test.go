@@ -231,7 +231,7 @@ func TestCheck(t *testing.T) {
 			}
 			// TestOwnerRecovery checks OwnerRecovery.
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), protocmp.Transform(),
-				cmpopts.IgnoreFields(Enrolment{}, "OwnerRecovery")); diff != "" {
+				cmpopts.IgnoreFields(Enrolment{}, "OwnerRecovery"), cmpopts.IgnoreUnexported(Enrolment{})); diff != "" {
 				t.Errorf("Check (-want +got):\n%s", diff)
 			}
 		})
@@ -299,7 +299,9 @@ func FuzzParse(f *testing.F) {
 
 // TestLoad plays a node's boots with configs on its ESP: the first boot
 // checks and records its config, later boots run from the record, even
-// once the owner's certificate has expired, and ignore a changed config.
+// once the owner's certificate has expired, and ignore a changed config;
+// without a usable record, the config stands in, unrecorded, until
+// Confirm (TestConfirm).
 func TestLoad(t *testing.T) {
 	owner := cert(t, false, now.AddDate(0, -1, 0))
 	first, err := proto.Marshal(bootstrap("prod", owner))
@@ -349,9 +351,11 @@ func TestLoad(t *testing.T) {
 		{name: "later boot, config removed", record: string(first), at: now, want: "prod", recorded: first},
 		{name: "later boot, no config applied", record: "", onESP: other, at: now, want: DefaultClusterName,
 			warns: "differs", recorded: []byte{}},
-		{name: "later boot, no record", record: "-", onESP: first, at: expired, want: "prod", recorded: first},
+		{name: "later boot, no record", record: "-", onESP: first, at: expired, want: "prod", warns: "it is missing"},
 		{name: "later boot, damaged record", record: string(first[:len(first)/2]), onESP: first, at: expired, want: "prod",
-			warns: "unreadable", recorded: first},
+			warns: "it is damaged", recorded: first[:len(first)/2]},
+		{name: "later boot, damaged record, bad config", record: string(first[:len(first)/2]), onESP: []byte{0x08, 0x07},
+			at: now, want: DefaultClusterName, warns: "the default config stands in"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -378,6 +382,9 @@ func TestLoad(t *testing.T) {
 			}
 			if !strings.Contains(got, tc.want) {
 				t.Errorf("Load = %q, want %q", got, tc.want)
+			}
+			if err == nil && e.Provisional() == tc.fresh {
+				t.Errorf("Load gave a provisional config: %v, want %v", e.Provisional(), !tc.fresh)
 			}
 			if tc.ntp != "" && (err != nil || len(e.NTPServers) != 1 || e.NTPServers[0] != tc.ntp) {
 				t.Errorf("Load gave NTP servers %v, want [%s]", e.NTPServers, tc.ntp)

@@ -28,6 +28,9 @@ type node struct {
 	// ownerless makes the node know no owner, as a joined node before its
 	// data volume is mounted.
 	ownerless atomic.Bool
+	// unconfirmed makes the node not yet trust its owner, as an
+	// established node before its data volume confirms its ESP's record.
+	unconfirmed atomic.Bool
 }
 
 func keyPair(c *pki.Cert) tls.Certificate {
@@ -69,10 +72,16 @@ func startNode(t testing.TB, identity bool) *node {
 		Info:  func() *nodepb.Info { return &nodepb.Info{State: "Running", Version: "v1"} },
 		Power: func(a nodepb.PowerRequest_Action) { n.powered <- a },
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
-			if !req.GetForce() {
-				return nil, errors.New("version 1 is older than the running 2")
+			if len(req.GetRelease()) == 0 {
+				return nil, errors.New("the update is not signed")
 			}
 			return &nodepb.UpdateResponse{Slot: "B", Version: strconv.Itoa(len(req.GetBootBinary()))}, nil
+		},
+		Unconfirmed: func() error {
+			if n.unconfirmed.Load() {
+				return errors.New("its data volume is still locked")
+			}
+			return nil
 		},
 		Log: slog.New(slog.DiscardHandler),
 	}
@@ -227,7 +236,7 @@ func TestUpdate(t *testing.T) {
 	n := startNode(t, true)
 	c := n.client(n.owner)
 	_, err := c.Update(context.Background(), &nodepb.UpdateRequest{BootBinary: []byte("1")})
-	if err == nil || !strings.Contains(err.Error(), "older than the running 2") {
+	if err == nil || !strings.Contains(err.Error(), "the update is not signed") {
 		t.Errorf("a refused update: %v", err)
 	}
 	select {
@@ -236,11 +245,46 @@ func TestUpdate(t *testing.T) {
 	default:
 	}
 	big := strings.Repeat("x", 8<<20)
-	resp, err := c.Update(context.Background(), &nodepb.UpdateRequest{BootBinary: []byte(big), Force: true})
+	resp, err := c.Update(context.Background(), &nodepb.UpdateRequest{BootBinary: []byte(big), Release: []byte("signed")})
 	if err != nil || resp.GetSlot() != "B" || resp.GetVersion() != strconv.Itoa(len(big)) {
 		t.Fatalf("Update = %v, %v", resp.GetSlot(), err)
 	}
 	if a := <-n.powered; a != nodepb.PowerRequest_ACTION_REBOOT {
 		t.Errorf("an installed update powered %v, want a reboot", a)
+	}
+}
+
+// TestUnconfirmed: before the node trusts its owner, the owner (or whoever
+// forged the ESP's record) reads what it says and nothing more: power and
+// updates are refused with the reason, and allowed once it does.
+func TestUnconfirmed(t *testing.T) {
+	ctx := context.Background()
+	update := &nodepb.UpdateRequest{BootBinary: []byte("efi"), Release: []byte("signed")}
+	for _, tc := range []struct {
+		name string
+		call func(c *Client) error
+		acts bool
+	}{
+		{"info", func(c *Client) error { _, err := c.Info(ctx); return err }, false},
+		{"logs", func(c *Client) error { return c.Logs(ctx, &nodepb.LogsRequest{}, func(*nodepb.LogEntry) {}) }, false},
+		{"power", func(c *Client) error { return c.Power(ctx, nodepb.PowerRequest_ACTION_REBOOT) }, true},
+		{"update", func(c *Client) error { _, err := c.Update(ctx, update); return err }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startNode(t, true)
+			c := n.client(n.owner)
+			n.unconfirmed.Store(true)
+			err := tc.call(c)
+			if refused := err != nil; refused != tc.acts {
+				t.Fatalf("%s before the node trusts its owner: %v; want refused: %v", tc.name, err, tc.acts)
+			}
+			if tc.acts && !strings.Contains(err.Error(), "refused until the node trusts its owner: its data volume is still locked") {
+				t.Errorf("%s refused with %q, want the reason", tc.name, err)
+			}
+			n.unconfirmed.Store(false)
+			if err := tc.call(c); err != nil {
+				t.Errorf("%s once the node trusts its owner: %v", tc.name, err)
+			}
+		})
 	}
 }

@@ -76,7 +76,13 @@ type Server struct {
 	// Update installs an update and arms its try boot; the node API then
 	// answers and calls Power to reboot.
 	Update func(*nodepb.UpdateRequest) (*nodepb.UpdateResponse, error)
-	Log    *slog.Logger
+	// Unconfirmed, if set, says why the node does not yet trust the owner
+	// Owner returns, or nil once it does: an established node reads its
+	// owner from the ESP, which nobody authenticates, before its data
+	// volume's record confirms it. Until then the API answers what a
+	// locked node may say (info, logs) and refuses power and updates.
+	Unconfirmed func() error
+	Log         *slog.Logger
 	// Addr is the address to listen on; empty means every address, on
 	// Port.
 	Addr string
@@ -173,9 +179,23 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// refuseUnconfirmed refuses a request that acts on the node while the
+// node does not yet trust its owner, and says whether it did.
+func (s *Server) refuseUnconfirmed(w http.ResponseWriter) bool {
+	if s.Unconfirmed == nil {
+		return false
+	}
+	err := s.Unconfirmed()
+	if err == nil {
+		return false
+	}
+	http.Error(w, "refused until the node trusts its owner: "+err.Error(), http.StatusServiceUnavailable)
+	return true
+}
+
 func (s *Server) power(w http.ResponseWriter, r *http.Request) {
 	var req nodepb.PowerRequest
-	if !read(w, r, &req) {
+	if !read(w, r, &req) || s.refuseUnconfirmed(w) {
 		return
 	}
 	if a := req.GetAction(); a != nodepb.PowerRequest_ACTION_REBOOT && a != nodepb.PowerRequest_ACTION_POWEROFF {
@@ -192,7 +212,7 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 	var req nodepb.UpdateRequest
-	if !readUpTo(w, r, &req, maxUpdate) {
+	if !readUpTo(w, r, &req, maxUpdate) || s.refuseUnconfirmed(w) {
 		return
 	}
 	resp, err := s.Update(&req)

@@ -24,13 +24,14 @@ type Update struct {
 	Version string
 }
 
-// NewUpdate is the update of a boot binary and its node payload.
-func NewUpdate(boot, payload []byte, force bool) (Update, error) {
+// NewUpdate is the update of a boot binary and its node payload, with
+// the owner's signed release statement of the two (update.SignRelease).
+func NewUpdate(boot, payload, release []byte) (Update, error) {
 	v, err := uki.VersionOf(boot)
 	if err != nil {
 		return Update{}, fmt.Errorf("the update's boot binary: %w", err)
 	}
-	return Update{Request: &nodepb.UpdateRequest{BootBinary: boot, Payload: payload, Force: force}, Version: v}, nil
+	return Update{Request: &nodepb.UpdateRequest{BootBinary: boot, Payload: payload, Release: release}, Version: v}, nil
 }
 
 // Node sends up to the node c calls and waits, at most wait, until the

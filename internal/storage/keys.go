@@ -122,6 +122,41 @@ func (k keeper) unseal(f esp.File, kf *keyfile.File) ([]byte, error) {
 	return key, nil
 }
 
+// KeyPolicy returns the storage policy under which an established node's
+// local unlock key, on the ESP mounted at espRoot, was kept: a sealed key
+// needs the TPM, a key in clear never used it. The node unlocks by it,
+// not by its enrolment record's policy, until the data volume has
+// confirmed that record (package enrolment): an ESP edit must not lower
+// how the keys are kept, nor lock the node out by raising it. A key file
+// that does not read gives fallback; unlocking then says what is wrong.
+func KeyPolicy(espRoot string, fallback keyfile.TPMPolicy) keyfile.TPMPolicy {
+	b, err := readESP(espRoot, esp.SealedLocalKey)
+	if err != nil {
+		return fallback
+	}
+	kf, err := keyfile.Parse(b)
+	switch {
+	case err != nil:
+		return fallback
+	case kf.IsSealed():
+		return keyfile.TPMRequired
+	case kf.Clear != nil:
+		return keyfile.TPMDisabled
+	}
+	return fallback
+}
+
+// CheckPolicy refuses a confirmed storage policy that the keys the node
+// unlocked with, kept under used (KeyPolicy), do not meet: a key in clear
+// where the policy requires the TPM.
+func CheckPolicy(confirmed, used keyfile.TPMPolicy) error {
+	if confirmed == keyfile.TPMRequired && used == keyfile.TPMDisabled {
+		return fmt.Errorf("%s holds the local unlock key in clear, but this node's storage policy requires the TPM: "+
+			"someone replaced the sealed key. Recover the volume with both unlock keys (README: Recovery)", esp.SealedLocalKey)
+	}
+	return nil
+}
+
 func checkSize(f esp.File, key []byte) ([]byte, error) {
 	if len(key) != crypt.UnlockKeySize {
 		return nil, fmt.Errorf("%s holds a %d-byte key, want %d", f, len(key), crypt.UnlockKeySize)

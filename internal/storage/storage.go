@@ -249,6 +249,11 @@ func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) (err error)
 		return explainKeyError("local unlock key", err)
 	}
 	defer clear(luk)
+	if k.tpm == nil {
+		s.log.Warn("NO TPM in use: the local unlock key is IN CLEAR on the ESP, and nothing there is authenticated " +
+			"before the data volume opens. While the cluster holds this node's cluster unlock key, the volume stays " +
+			"closed to whoever has the disk; a node alone can be read and changed by them")
+	}
 	if cfg.LocalKey != nil {
 		cfg.LocalKey(luk)
 	}

@@ -3,6 +3,7 @@ package update
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/x509"
 	"debug/pe"
 	"encoding/hex"
 	"errors"
@@ -19,11 +20,12 @@ import (
 	"github.com/borough-os/borough/internal/uki"
 )
 
-// Update is a new version: a boot binary and the node payload it runs.
+// Update is a new version: a boot binary and the node payload it runs,
+// and the owner's signed statement that lets them onto the node
+// (SignRelease).
 type Update struct {
 	BootBinary, Payload []byte
-	// Force takes a version that is not newer than the running one.
-	Force bool
+	Release             []byte
 }
 
 // Running is what runs now.
@@ -34,31 +36,48 @@ type Running struct {
 	PayloadSHA string
 }
 
-// Check checks that u is a whole Borough version that may replace r: its
-// payload is the one its boot binary's initramfs names, and its version
-// is newer (semantic versions), or at least other (any other), unless
-// forced. It returns the new version.
-func Check(r Running, u Update) (string, error) {
-	version, err := uki.VersionOf(u.BootBinary)
+// Check checks that u is a whole Borough version that the node's owner
+// signed and that may replace r: its payload is the one its boot binary's
+// initramfs names, the owner's release statement names both and their
+// version, and that version is newer (semantic versions), or at least
+// other (any other), unless the statement allows a downgrade. It returns
+// the new version.
+func Check(r Running, u Update, owner *x509.Certificate) (string, error) {
+	version, err := checkPair(u.BootBinary, u.Payload)
 	if err != nil {
-		return "", fmt.Errorf("the update's boot binary: %w", err)
+		return "", err
 	}
-	want, err := PayloadSHA(u.BootBinary)
+	rel, err := checkRelease(owner, u, version)
 	if err != nil {
-		return "", fmt.Errorf("the update's boot binary: %w", err)
+		return "", err
 	}
-	sum := sha256.Sum256(u.Payload)
-	if got := hex.EncodeToString(sum[:]); got != want {
-		return "", fmt.Errorf("the update's node payload has SHA-256 %s, but its boot binary runs %s: they are from different builds", got, want)
-	}
-	if u.Force {
+	if rel.GetDowngrade() {
 		return version, nil
 	}
 	switch {
 	case version == r.Version:
-		return "", fmt.Errorf("the node already runs version %s (force to install it again)", version)
+		return "", fmt.Errorf("the node already runs version %s (to install it again, the owner signs it with --downgrade)", version)
 	case isSemver(version) && isSemver(r.Version) && semver.Compare(canonical(version), canonical(r.Version)) < 0:
-		return "", fmt.Errorf("version %s is older than the running %s: a downgrade (force to install it)", version, r.Version)
+		return "", fmt.Errorf("version %s is older than the running %s: a downgrade needs the owner's statement for it "+
+			"(borough image sign --downgrade)", version, r.Version)
+	}
+	return version, nil
+}
+
+// checkPair checks that a boot binary and a payload are of one build, and
+// returns its version.
+func checkPair(bootBinary, payload []byte) (string, error) {
+	version, err := uki.VersionOf(bootBinary)
+	if err != nil {
+		return "", fmt.Errorf("the update's boot binary: %w", err)
+	}
+	want, err := PayloadSHA(bootBinary)
+	if err != nil {
+		return "", fmt.Errorf("the update's boot binary: %w", err)
+	}
+	sum := sha256.Sum256(payload)
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return "", fmt.Errorf("the update's node payload has SHA-256 %s, but its boot binary runs %s: they are from different builds", got, want)
 	}
 	return version, nil
 }
@@ -104,11 +123,12 @@ func PayloadSHA(bootBinary []byte) (string, error) {
 	return "", fmt.Errorf("its initramfs has no %s", payload.Hash)
 }
 
-// Install writes u into the slot that is not running, on the ESP at
-// root, and records it as being tried. It removes the payloads no slot
-// will run, first, to make room. It does not arm the try boot (Arm).
-func Install(root string, r Running, u Update) (*Record, error) {
-	version, err := Check(r, u)
+// Install checks u against owner (Check), before it writes a byte;
+// writes it into the slot that is not running, on the ESP at root; and
+// records it as being tried. It removes the payloads no slot will run,
+// first, to make room. It does not arm the try boot (Arm).
+func Install(root string, r Running, u Update, owner *x509.Certificate) (*Record, error) {
+	version, err := Check(r, u, owner)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/u-root/mkuimage/cpio"
@@ -17,6 +18,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/payload"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/uki"
 )
 
@@ -89,27 +91,65 @@ func sha(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
+// owners are the node's owner and someone else with a key of their own.
+func owners(t *testing.T) (owner, other *pki.Cert) {
+	t.Helper()
+	owner, err := pki.NewOwner("owner", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err = pki.NewOwner("owner", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return owner, other
+}
+
+// signed is an update of version and payload, signed by signer.
+func signed(t *testing.T, signer *pki.Cert, version string, pl []byte, downgrade bool) Update {
+	t.Helper()
+	u := Update{BootBinary: bootBinary(t, version, sha(pl)), Payload: pl}
+	var err error
+	if u.Release, err = SignRelease(signer.Cert, signer.Key, u.BootBinary, u.Payload, downgrade); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestCheck tries the updates an attacker would send, and the owner's
+// own: only a whole version the owner signed, newer or with the owner's
+// statement for a downgrade, passes.
 func TestCheck(t *testing.T) {
 	pl := []byte("payload of the new version")
+	owner, other := owners(t)
 	running := Running{Slot: A, Version: "1.2.0"}
+	good := signed(t, owner, "1.3.0", pl, false)
 	for _, tc := range []struct {
 		name    string
+		u       Update
 		version string
-		payload []byte
-		force   bool
 		err     string
 	}{
-		{"newer", "1.3.0", pl, false, ""},
-		{"newer, with a v", "v1.10.0", pl, false, ""},
-		{"not a semantic version", "e44966e-dirty", pl, false, ""},
-		{"older", "1.1.9", pl, false, "older than the running 1.2.0: a downgrade"},
-		{"older, forced", "1.1.9", pl, true, ""},
-		{"the same", "1.2.0", pl, false, "already runs version 1.2.0"},
-		{"a payload of another build", "1.3.0", []byte("another payload"), false, "they are from different builds"},
+		{"newer", good, "1.3.0", ""},
+		{"newer, with a v", signed(t, owner, "v1.10.0", pl, false), "v1.10.0", ""},
+		{"not a semantic version", signed(t, owner, "e44966e-dirty", pl, false), "e44966e-dirty", ""},
+		{"older", signed(t, owner, "1.1.9", pl, false), "", "older than the running 1.2.0: a downgrade needs the owner's statement"},
+		{"older, the owner's downgrade", signed(t, owner, "1.1.9", pl, true), "1.1.9", ""},
+		{"the same", signed(t, owner, "1.2.0", pl, false), "", "already runs version 1.2.0"},
+		{"unsigned", Update{BootBinary: good.BootBinary, Payload: pl}, "", "the update is not signed"},
+		{"signed by another key", signed(t, other, "1.3.0", pl, false), "", "not signed by this node's owner"},
+		{"boot binary changed", Update{BootBinary: bootBinary(t, "1.3.1", sha(pl)), Payload: pl, Release: good.Release}, "",
+			"the owner signed version 1.3.0, but the update's boot binary is version 1.3.1"},
+		{"statement of another version, same number", Update{BootBinary: signed(t, owner, "1.3.0", []byte("x"), false).BootBinary,
+			Payload: []byte("x"), Release: good.Release}, "", "boot binary is not the one the owner signed"},
+		{"downgrade statement of another version", Update{BootBinary: bootBinary(t, "1.1.9", sha(pl)), Payload: pl,
+			Release: signed(t, owner, "1.1.8", pl, true).Release}, "", "the owner signed version 1.1.8"},
+		{"statement damaged", Update{BootBinary: good.BootBinary, Payload: pl, Release: good.Release[:20]}, "", "release statement"},
+		{"a payload of another build", Update{BootBinary: good.BootBinary, Payload: []byte("another payload"), Release: good.Release}, "",
+			"they are from different builds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u := Update{BootBinary: bootBinary(t, tc.version, sha(pl)), Payload: tc.payload, Force: tc.force}
-			v, err := Check(running, u)
+			v, err := Check(running, tc.u, owner.Cert)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("Check = %v, want %q", err, tc.err)
@@ -121,8 +161,29 @@ func TestCheck(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Check(running, Update{BootBinary: []byte("MZ not really")}); err == nil {
+	if _, err := Check(running, good, nil); err == nil || !strings.Contains(err.Error(), "no owner") {
+		t.Errorf("a node without an owner: Check = %v, want a refusal", err)
+	}
+	if _, err := Check(running, Update{BootBinary: []byte("MZ not really")}, owner.Cert); err == nil {
 		t.Error("Check took a boot binary that is not a PE image")
+	}
+}
+
+// TestInstallRefusedWritesNothing: a refused update leaves the ESP as it
+// was, stale payloads and all.
+func TestInstallRefusedWritesNothing(t *testing.T) {
+	root := t.TempDir()
+	stale := esp.NodePayload(sha([]byte("a stale one"))).In(root)
+	os.MkdirAll(filepath.Dir(stale), 0o700)
+	os.WriteFile(stale, []byte("a stale one"), 0o600)
+	owner, other := owners(t)
+	u := signed(t, other, "1.1.0", []byte("new payload"), false)
+	if _, err := Install(root, Running{Slot: A, Version: "1.0.0"}, u, owner.Cert); err == nil {
+		t.Fatal("Install took an update signed by another key")
+	}
+	files, _ := filepath.Glob(filepath.Join(root, esp.Dir, "*"))
+	if len(files) != 1 || files[0] != stale {
+		t.Errorf("the ESP holds %v after a refused update, want only %s", files, stale)
 	}
 }
 
@@ -141,8 +202,9 @@ func TestInstallAndArm(t *testing.T) {
 		os.WriteFile(f.file.In(root), f.data, 0o600)
 	}
 	running := Running{Slot: A, Version: "1.0.0", PayloadSHA: sha(oldPayload)}
-	u := Update{BootBinary: bootBinary(t, "1.1.0", sha(newPayload)), Payload: newPayload}
-	rec, err := Install(root, running, u)
+	owner, _ := owners(t)
+	u := signed(t, owner, "1.1.0", newPayload, false)
+	rec, err := Install(root, running, u, owner.Cert)
 	if err != nil {
 		t.Fatal(err)
 	}

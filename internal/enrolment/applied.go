@@ -1,0 +1,224 @@
+package enrolment
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+)
+
+// DataRecord is where the data volume keeps the config the node applied
+// on its first boot, relative to the volume's root. It is the record that
+// counts: the ESP's copy (esp.AppliedEnrolment) is what the node can read
+// before the volume opens, and anyone who can write the disk while the
+// machine is off can rewrite it; the data volume they cannot write
+// without both unlock keys.
+const DataRecord = "borough/enrolment-applied.pb"
+
+// Load returns the node's enrolment config.
+//
+// A fresh node (its data partition holds no volume yet) reads the config
+// from fw_cfg, else from the ESP mounted at espRoot, checks it, and
+// records it on the ESP as the config it applied (esp.AppliedEnrolment);
+// Confirm records it on the data volume once that exists. With neither,
+// it bootstraps a cluster with no owner. Load does not check the config
+// against the clock, which may not be set yet: a fresh node calls
+// CheckClock once it is.
+//
+// A node that was set up runs from the config it applied, never checked
+// against the clock again: an RTC a year off, or an owner certificate that
+// expired since, must not stop an established node. Load returns the
+// ESP's record of it, provisional: the node may bring up its network with
+// it, but trusts nothing in it that grants authority (the owner, the
+// storage policy) until Confirm has matched it to the data volume's. Of a
+// config in fw_cfg or on the ESP that differs from the record, only the
+// network settings are applied (applyNetwork); the rest is ignored, with a
+// warning: a config applies to a node's first boot only. Without a
+// readable record on the ESP, the current config stands in for it until
+// Confirm.
+func Load(log *slog.Logger, espRoot string, fresh bool) (*Enrolment, error) {
+	source, b, err := read(espRoot)
+	if err != nil {
+		return nil, err
+	}
+	record := esp.AppliedEnrolment.In(espRoot)
+	if fresh {
+		e, err := parse(b, source, time.Time{})
+		if err != nil {
+			return nil, err
+		}
+		e.applied = b
+		return e, writeRecord(record, b)
+	}
+	applied, err := os.ReadFile(record)
+	if err == nil {
+		e, perr := parse(applied, "the config this node applied on its first boot", time.Time{})
+		if perr == nil {
+			if source != sourceNone && !bytes.Equal(b, applied) {
+				applyNetwork(log, e, source, b, applied)
+			}
+			e.provisional, e.applied = true, applied
+			return e, nil
+		}
+		err = fmt.Errorf("it is damaged: %w", perr)
+	} else if errors.Is(err, os.ErrNotExist) {
+		err = errors.New("it is missing")
+	}
+	log.Warn("the ESP's record of the applied enrolment config is unusable; the config in "+source+
+		" stands in for it until the data volume's record is read", "err", err)
+	e, perr := parse(b, source, time.Time{})
+	if perr != nil {
+		log.Warn("the config in "+source+" is unusable too; the default config stands in", "err", perr)
+		e, _ = parse(nil, sourceNone, time.Time{})
+	}
+	e.provisional, e.applied, e.refused = true, b, err
+	return e, nil
+}
+
+// Provisional says whether e is an established node's config as read
+// from the ESP, not yet confirmed by the data volume's record: nothing in
+// it that grants authority may be trusted.
+func (e *Enrolment) Provisional() bool { return e.provisional }
+
+// Confirm checks e, the config Load returned, against the data volume's
+// record, with the volume mounted at dataRoot, and returns the config the
+// node runs from.
+//
+// A fresh node's config is recorded on the volume. An established node's
+// ESP record that matches the volume's, byte for byte, stands. One that
+// differs, is damaged or is missing is refused, by name and with the
+// reason, in the log; the volume's record is used, with the network the
+// node already runs, and written back to the ESP. A volume without a
+// record (set up by an older Borough) takes the ESP's, once: trust on
+// first use, said in the log. A volume record that does not parse is an
+// error: the authentic record is lost, and the node must not guess.
+func Confirm(log *slog.Logger, e *Enrolment, espRoot, dataRoot string) (*Enrolment, error) {
+	path := filepath.Join(dataRoot, DataRecord)
+	if !e.provisional {
+		return e, writeRecord(path, e.applied)
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		log.Warn("the data volume holds no record of the applied enrolment config (this node was set up by an " +
+			"older Borough): recording the ESP's, which from now on is checked against it")
+		confirmed := *e
+		confirmed.provisional = false
+		if e.refused != nil {
+			if err := writeRecord(esp.AppliedEnrolment.In(espRoot), e.applied); err != nil {
+				return nil, err
+			}
+		}
+		return &confirmed, writeRecord(path, e.applied)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the data volume's record of the applied enrolment config: %w", err)
+	}
+	auth, err := parse(data, "the data volume's record of the config this node applied on its first boot", time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("%w; refusing to guess which config this node was enrolled with "+
+			"(the ESP's copy is not authenticated)", err)
+	}
+	auth.applied, auth.Interfaces, auth.NTPServers = data, e.Interfaces, e.NTPServers
+	if e.refused == nil && bytes.Equal(data, e.applied) {
+		return auth, nil
+	}
+	log.Error("refused " + string(esp.AppliedEnrolment) + ": " + refusal(e, auth) +
+		"; running from the data volume's record, and writing it back to the ESP")
+	return auth, writeRecord(esp.AppliedEnrolment.In(espRoot), data)
+}
+
+// refusal says why the ESP's record e was refused, against auth, the data
+// volume's.
+func refusal(e, auth *Enrolment) string {
+	if e.refused != nil {
+		return e.refused.Error()
+	}
+	diffs := differences(e, auth)
+	if len(diffs) == 0 {
+		return "it differs from the data volume's record"
+	}
+	return "it differs from the data volume's record in " + strings.Join(diffs, ", ")
+}
+
+// differences names what a refused record changed, in the terms of the
+// authority it would have granted.
+func differences(e, auth *Enrolment) []string {
+	var diffs []string
+	if a, b := ownerName(e), ownerName(auth); a != b {
+		diffs = append(diffs, fmt.Sprintf("the owner (%s, not %s)", a, b))
+	}
+	if e.StoragePolicy != auth.StoragePolicy {
+		diffs = append(diffs, fmt.Sprintf("the storage policy (%s, not %s)", e.StoragePolicy, auth.StoragePolicy))
+	}
+	if e.ClusterName != auth.ClusterName {
+		diffs = append(diffs, fmt.Sprintf("the cluster (%s, not %s)", e.ClusterName, auth.ClusterName))
+	}
+	if (e.Ticket == nil) != (auth.Ticket == nil) {
+		diffs = append(diffs, "bootstrap or join")
+	}
+	if e.OwnerRecovery != auth.OwnerRecovery {
+		diffs = append(diffs, fmt.Sprintf("owner recovery (%v, not %v)", e.OwnerRecovery, auth.OwnerRecovery))
+	}
+	return diffs
+}
+
+func ownerName(e *Enrolment) string {
+	if e.Owner == nil {
+		return "none"
+	}
+	return pki.Fingerprint(e.Owner)
+}
+
+// applyNetwork applies to e, the config the node applied on its first
+// boot, the network settings of b, the config now in source: a machine
+// that moved needs its new addresses, and they cannot weaken what the
+// node trusts (the cluster's peers and owner are known by certificates).
+// Every other difference is ignored, with a warning.
+func applyNetwork(log *slog.Logger, e *Enrolment, source string, b, applied []byte) {
+	cur, err := Parse(b, source, time.Time{})
+	if err != nil {
+		log.Warn("ignoring the enrolment config in "+source+"; running from the one this node applied on its first boot", "err", err)
+		return
+	}
+	e.Interfaces, e.NTPServers = cur.Interfaces, cur.NTPServers
+	if sameButNetwork(b, applied) {
+		log.Info("applying the network settings of the enrolment config in " + source)
+		return
+	}
+	log.Warn("the enrolment config in " + source + " differs from the one this node applied on its first boot " +
+		"in more than its network; applying its network settings and ignoring the rest: " +
+		"an enrolment config applies to a node's first boot only")
+}
+
+// sameButNetwork says whether two configs differ only in their network.
+func sameButNetwork(a, b []byte) bool {
+	var ca, cb enrolmentpb.Config
+	if proto.Unmarshal(a, &ca) != nil || proto.Unmarshal(b, &cb) != nil {
+		return false
+	}
+	ca.Network, cb.Network = nil, nil
+	return proto.Equal(&ca, &cb)
+}
+
+// writeRecord records b as the applied config at path, if it is not
+// already.
+func writeRecord(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("recording the applied enrolment config: %w", err)
+	}
+	if err := atomicfile.Update(path, b, 0o600); err != nil {
+		return fmt.Errorf("recording the applied enrolment config: %w", err)
+	}
+	return nil
+}
