@@ -22,6 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/keyspace"
@@ -562,6 +563,9 @@ func (m *multi) crashWhileJoining(t *testing.T) {
 			}
 			expect(t, n.VM, bootTimeout, "borough: test: paused after join step "+step)
 			n.VM.Kill()
+			// The sealed cluster unlock key, as it is before the cluster
+			// takes it: an attacker's copy.
+			sealedCUK := readESPFile(t, n.Disk(), esp.ClusterKeyEscrow)
 			n.TestParams = ""
 			if err := m.c.Start(context.Background(), n, cfg); err != nil {
 				t.Fatal(err)
@@ -571,6 +575,9 @@ func (m *multi) crashWhileJoining(t *testing.T) {
 				t.Fatal(err)
 			}
 			m.awaitVoter(t, n.Name)
+			if step == cluster.JoinRecorded {
+				m.oldSealedKey(t, n, cfg, sealedCUK)
+			}
 			// One node is removed while it is off, once the cluster keeps
 			// its unlock key: its peers refuse it the shares when it boots
 			// again, and it stays locked, saying why.
@@ -615,6 +622,28 @@ func (m *multi) crashWhileJoining(t *testing.T) {
 			expect(t, n.VM, bootTimeout, "borough: init started", "borough: node failed: removed from cluster multi")
 			n.VM.Kill()
 		})
+	}
+}
+
+// oldSealedKey plays test (c) of the offline attacker on n, a voter:
+// once the cluster keeps n's unlock key, its sealed copy from before,
+// put back on the ESP while n is off, does not open n alone: n refuses
+// it as from an earlier TPM epoch, erases it, and gets its key from its
+// peers.
+func (m *multi) oldSealedKey(t *testing.T, n *multinode.Node, cfg string, sealedCUK []byte) {
+	t.Helper()
+	awaitEscrow(t, n)
+	if err := n.VM.PowerOff(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+	writeESPFile(t, n.Disk(), esp.ClusterKeyEscrow, sealedCUK)
+	if err := m.c.Start(context.Background(), n, cfg); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, n.VM, bootTimeout, "borough: unlock: warning: refused "+string(esp.ClusterKeyEscrow)+": it is from an earlier epoch",
+		"borough: unlock: asking peers for the cluster unlock key")
+	if err := m.c.WaitRunning(n); err != nil {
+		t.Fatal(err)
 	}
 }
 

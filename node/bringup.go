@@ -85,7 +85,7 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	if enrol.Provisional() {
 		policy = storage.KeyPolicy(storage.ESPRoot, policy)
 	}
-	book, err := sealBook(t, policy)
+	book, err := sealBook(log, t, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	}
 	current.Store(enrol)
 	keys.OwnerRecovery = enrol.OwnerRecovery
-	b.updates.settleRollBack()
+	b.updates.settleLeftovers()
 	if err := testMarker(log, params); err != nil {
 		return nil, err
 	}
@@ -196,9 +196,9 @@ func openTPM(log *slog.Logger) (*tpm.TPM, error) {
 }
 
 // sealBook returns what seals the node's keys to its TPM (package seals),
-// to this boot's PCR values from before they are capped; nil without a
-// TPM in use.
-func sealBook(t *tpm.TPM, policy keyfile.TPMPolicy) (*seals.Book, error) {
+// to this boot's PCR values from before they are capped and the TPM's
+// epoch; nil without a TPM in use.
+func sealBook(log *slog.Logger, t *tpm.TPM, policy keyfile.TPMPolicy) (*seals.Book, error) {
 	if t == nil || policy == keyfile.TPMDisabled {
 		return nil, nil
 	}
@@ -206,7 +206,12 @@ func sealBook(t *tpm.TPM, policy keyfile.TPMPolicy) (*seals.Book, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &seals.Book{TPM: t, BootPCRs: pcrs}, nil
+	epoch, err := t.Epoch()
+	if err != nil {
+		return nil, err
+	}
+	log.Info("TPM epoch: keys sealed in an earlier one do not unseal", "epoch", epoch)
+	return &seals.Book{TPM: t, BootPCRs: pcrs, Epoch: epoch}, nil
 }
 
 // clusterKeys returns the keeper of the node's cluster unlock key, which

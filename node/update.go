@@ -227,13 +227,15 @@ func (u *updater) settle(log *slog.Logger) {
 	log.Info("keys sealed to this boot binary alone", "files", len(u.seals.Files()))
 }
 
-// settleRollBack settles the keys in the boot after a rollback, once
-// storage has unsealed them.
-func (u *updater) settleRollBack() {
+// settleLeftovers settles the keys, once storage has unsealed them, in
+// the boot after a rollback, and in a normal boot that found files with
+// two seals: an update armed but never tried, or a Settle or epoch
+// advance that a crash cut short (package seals).
+func (u *updater) settleLeftovers() {
 	u.mu.Lock()
-	rolledBack := u.outcome == update.RollBack
+	outcome := u.outcome
 	u.mu.Unlock()
-	if rolledBack {
+	if outcome == update.RollBack || outcome == update.Normal && u.seals != nil && u.seals.Pending() {
 		u.settle(u.log)
 	}
 }

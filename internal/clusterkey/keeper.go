@@ -19,10 +19,12 @@ import (
 	"sync/atomic"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/storage"
+	"github.com/borough-os/borough/internal/tpm"
 	"github.com/borough-os/borough/internal/unlock"
 )
 
@@ -213,13 +215,25 @@ func (k *Keeper) New() ([]byte, error) {
 
 // Get implements storage.ClusterKeys: the CUK sealed on the ESP if it is
 // still there, else from the peers, waiting for them as long as it takes.
+//
+// A sealed CUK from an earlier epoch is a copy put back from before the
+// cluster took the key (or one a crash left after the epoch moved on): it
+// is erased, and the node asks its peers, as it would have without it.
 func (k *Keeper) Get() ([]byte, error) {
 	if _, err := os.Stat(esp.ClusterKeyEscrow.In(k.ESPRoot)); err == nil {
 		cuk, err := k.Local.Get()
 		if err == nil {
 			k.remember(cuk)
+			return cuk, nil
 		}
-		return cuk, err
+		if !errors.Is(err, tpm.ErrRolledBack) {
+			return nil, err
+		}
+		k.Log.Warn("refused "+string(esp.ClusterKeyEscrow)+": it is from an earlier epoch, a copy put back or left "+
+			"by a crash; erasing it and asking the peers", "err", err)
+		if err := atomicfile.Erase(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil {
+			return nil, fmt.Errorf("erasing %s: %w", esp.ClusterKeyEscrow, err)
+		}
 	}
 	e, err := readEscrow(k.ESPRoot)
 	if err != nil {

@@ -318,6 +318,9 @@ func (k *Keeper) reconcile(ctx context.Context, b escrow.Binding, threshold int,
 	if err := writeESP(k.ESPRoot, esp.CUKEscrow, j); err != nil {
 		return err
 	}
+	if err := k.Sealer.Drop(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil {
+		return fmt.Errorf("retiring %s: %w", esp.ClusterKeyEscrow, err)
+	}
 	if err := atomicfile.Erase(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil {
 		return fmt.Errorf("erasing %s: %w", esp.ClusterKeyEscrow, err)
 	}

@@ -41,3 +41,14 @@ func (s *Sealer) Unseal(path string, b []byte) ([]byte, error) {
 	}
 	return s.Book.Unseal(path, f)
 }
+
+// Drop stops resealing the key file at path, which the caller erases
+// next, and advances the TPM's epoch, so that no copy of it put back
+// unseals again (package seals). Without a TPM it does nothing: the file
+// was in clear.
+func (s *Sealer) Drop(path string) error {
+	if s == nil || s.Book == nil {
+		return nil
+	}
+	return s.Book.Retire(path)
+}

@@ -18,6 +18,22 @@
 // it once it knows the outcome: the confirmed new system, or the old one
 // after a rollback, seals each secret to its own boot's values alone, so
 // a version that was replaced cannot unseal the keys again.
+//
+// A copy of an older key file put back (from freed FAT clusters, or from
+// a copy of the disk taken earlier) must not unseal either: a sealed
+// cluster unlock key from before the cluster took it would open the node
+// alone, and a key sealed to a replaced boot binary would run the old
+// version. So every seal also names the TPM's epoch, a monotonic counter
+// in its NV memory (tpm.TPM.Epoch), and Advance moves the epoch on once
+// a file is gone or a boot binary replaced: Settle advances, and so does
+// the node once the cluster holds its cluster unlock key. Advance first
+// seals every remembered secret to the next epoch beside its current
+// seal, then moves the counter, then drops the old seals, so that a crash
+// at any step leaves each file a seal that unseals; a boot that finds a
+// file with two seals and no update pending settles it (Pending), as it
+// does a file sealed before Borough had epochs. Seals without an epoch
+// that were copied before that boot still open in the boot binary they
+// were sealed to: epochs protect from the first settle on.
 package seals
 
 import (
@@ -41,9 +57,14 @@ type Book struct {
 	// BootPCRs are this boot's PCR values from before they were capped;
 	// nil seals to the TPM's current values.
 	BootPCRs map[uint][]byte
+	// Epoch is the TPM's epoch (tpm.TPM.Epoch), which every seal names;
+	// 0 seals without one (and Advance does nothing).
+	Epoch uint64
 
 	mu      sync.Mutex
 	secrets map[string][]byte
+	// pending says a file this boot unsealed wants settling (Pending).
+	pending bool
 	// next, once an update sealed to it, are the new boot binary's PCR
 	// values: keys sealed after that get a second seal to them too.
 	next map[uint][]byte
@@ -72,23 +93,23 @@ func (b *Book) Seal(path string, secret []byte) ([]byte, error) {
 func (b *Book) seal(secret []byte, next map[uint][]byte) (keyfile.File, error) {
 	var f keyfile.File
 	var err error
-	if f.Sealed, err = b.sealTo(secret, b.BootPCRs); err != nil {
+	if f.Sealed, err = b.sealTo(secret, b.BootPCRs, b.Epoch); err != nil {
 		return f, err
 	}
 	if next != nil {
-		f.Next, err = b.sealTo(secret, next)
+		f.Next, err = b.sealTo(secret, next, b.Epoch)
 	}
 	return f, err
 }
 
-func (b *Book) sealTo(secret []byte, pcrs map[uint][]byte) ([]byte, error) {
+func (b *Book) sealTo(secret []byte, pcrs map[uint][]byte, epoch uint64) ([]byte, error) {
 	if pcrs == nil {
 		var err error
 		if pcrs, err = b.TPM.PCRs(tpm.DefaultPCRs); err != nil {
 			return nil, err
 		}
 	}
-	s, err := b.TPM.SealTo(secret, pcrs)
+	s, err := b.TPM.SealTo(secret, pcrs, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +121,7 @@ func (b *Book) sealTo(secret []byte, pcrs map[uint][]byte) ([]byte, error) {
 func (b *Book) Unseal(path string, f *keyfile.File) ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.pending = b.pending || f.HasNext()
 	secret, err := b.unsealRaw(f.Sealed)
 	if err != nil && f.HasNext() {
 		if s, nerr := b.unsealRaw(f.Next); nerr == nil {
@@ -122,7 +144,12 @@ func (b *Book) unsealRaw(raw []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrParse, err)
 	}
-	return b.TPM.Unseal(s)
+	secret, err := b.TPM.Unseal(s)
+	if err == nil && s.Epoch == 0 && b.Epoch != 0 {
+		// Sealed by a Borough before epochs: settling seals it to one.
+		b.pending = true
+	}
+	return secret, err
 }
 
 // SealNext seals every remembered secret to pcrs too, the predicted values
@@ -135,11 +162,85 @@ func (b *Book) SealNext(pcrs map[uint][]byte) error {
 }
 
 // Settle seals every remembered secret to this boot's values alone, once
-// this boot knows an update's outcome (confirmed, or rolled back).
+// this boot knows an update's outcome (confirmed, or rolled back), and
+// advances the epoch: no copy of a file sealed to the boot binary that
+// lost, put back, unseals again.
 func (b *Book) Settle() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.next = nil
+	if err := b.rewrite(nil); err != nil {
+		return err
+	}
+	b.pending = false
+	return b.advance()
+}
+
+// Pending says whether a file this boot unsealed wants settling: it had
+// two seals (an update pending, or a Settle or Advance that a crash cut
+// short), or a seal without an epoch, made before Borough had them.
+func (b *Book) Pending() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pending
+}
+
+// Retire stops remembering the key file at path, which the caller erases
+// next, and advances the epoch (Advance): no copy of it put back unseals
+// again. While an update is pending it refuses, remembering the file
+// still, so that the update seals it for the new boot binary too.
+func (b *Book) Retire(path string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.next != nil {
+		return errPending
+	}
+	delete(b.secrets, path)
+	return b.advance()
+}
+
+// errPending refuses to advance the epoch while an update is pending.
+var errPending = errors.New("advancing the epoch: an update is pending; its outcome settles the keys first")
+
+// Advance moves the TPM's epoch on and seals every remembered secret to
+// the new one alone: no copy of a key file from before, put back, unseals
+// again. It refuses while an update is pending (SealNext): the update's
+// outcome settles first.
+func (b *Book) Advance() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.next != nil {
+		return errPending
+	}
+	return b.advance()
+}
+
+// advance is Advance for a caller that holds b.mu, with no update
+// pending.
+func (b *Book) advance() error {
+	if b.Epoch == 0 {
+		return nil
+	}
+	next := b.Epoch + 1
+	err := b.write(func(secret []byte) (keyfile.File, error) {
+		var f keyfile.File
+		var err error
+		if f.Sealed, err = b.sealTo(secret, b.BootPCRs, next); err == nil {
+			f.Next, err = b.sealTo(secret, b.BootPCRs, b.Epoch)
+		}
+		return f, err
+	})
+	if err != nil {
+		return fmt.Errorf("advancing the epoch: %w", err)
+	}
+	now, err := b.TPM.Advance()
+	if err != nil {
+		return fmt.Errorf("advancing the epoch: %w", err)
+	}
+	if now != next {
+		return fmt.Errorf("advancing the epoch: the TPM's counter went from %d to %d, not %d: something else moves it", b.Epoch, now, next)
+	}
+	b.Epoch = next
 	return b.rewrite(nil)
 }
 
@@ -150,14 +251,22 @@ func (b *Book) Files() []string {
 	return slices.Sorted(maps.Keys(b.secrets))
 }
 
+// rewrite seals every remembered secret to this boot's values (and to
+// next, if set) and replaces its file.
 func (b *Book) rewrite(next map[uint][]byte) error {
+	return b.write(func(secret []byte) (keyfile.File, error) { return b.seal(secret, next) })
+}
+
+// write replaces the file of every remembered secret with what seal makes
+// of it. A file that is gone is forgotten.
+func (b *Book) write(seal func(secret []byte) (keyfile.File, error)) error {
 	var errs []error
 	for _, path := range slices.Sorted(maps.Keys(b.secrets)) {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			delete(b.secrets, path)
 			continue
 		}
-		f, err := b.seal(b.secrets[path], next)
+		f, err := seal(b.secrets[path])
 		if err == nil {
 			var data []byte
 			if data, err = f.Marshal(); err == nil {

@@ -3,9 +3,11 @@ package seals
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-tpm-tools/simulator"
@@ -81,7 +83,11 @@ func TestUpdate(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "local-key.sealed")
 	secret := bytes.Repeat([]byte{0x5a}, 32)
 	old := m.pcrs(t)
-	book := &Book{TPM: m.tpm, BootPCRs: old}
+	epoch, err := m.tpm.Epoch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := &Book{TPM: m.tpm, BootPCRs: old, Epoch: epoch}
 	data, err := book.Seal(path, secret)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +112,7 @@ func TestUpdate(t *testing.T) {
 		t.Error("a key sealed while an update is pending has no seal for it")
 	}
 	// The old boot still unseals (a rollback).
-	if got, err := (&Book{TPM: m.tpm, BootPCRs: old}).Unseal(path, readKeyFile(t, path)); err != nil || !bytes.Equal(got, secret) {
+	if got, err := (&Book{TPM: m.tpm, BootPCRs: old, Epoch: epoch}).Unseal(path, readKeyFile(t, path)); err != nil || !bytes.Equal(got, secret) {
 		t.Fatalf("the old boot binary's Unseal = %x, %v", got, err)
 	}
 
@@ -115,20 +121,26 @@ func TestUpdate(t *testing.T) {
 	if !bytes.Equal(now[4], predicted[4]) {
 		t.Fatal("the simulated boot did not give the predicted PCR 4")
 	}
-	nb := &Book{TPM: m.tpm, BootPCRs: now}
+	nb := &Book{TPM: m.tpm, BootPCRs: now, Epoch: epoch}
 	for _, p := range []string{path, later} {
 		if got, err := nb.Unseal(p, readKeyFile(t, p)); err != nil || !bytes.Equal(got, secret) {
 			t.Fatalf("the new boot's Unseal(%s) = %x, %v", p, got, err)
 		}
 	}
+	if !nb.Pending() {
+		t.Error("the try boot unsealed files with two seals and is not Pending")
+	}
 	if err := nb.Settle(); err != nil {
 		t.Fatal(err)
+	}
+	if nb.Epoch != epoch+1 || nb.Pending() {
+		t.Errorf("after Settle, epoch %d (want %d), Pending %v", nb.Epoch, epoch+1, nb.Pending())
 	}
 	f := readKeyFile(t, path)
 	if f.HasNext() {
 		t.Error("Settle kept the seal for the update")
 	}
-	if got, err := (&Book{TPM: m.tpm, BootPCRs: now}).Unseal(path, f); err != nil || !bytes.Equal(got, secret) {
+	if got, err := (&Book{TPM: m.tpm, BootPCRs: now, Epoch: nb.Epoch}).Unseal(path, f); err != nil || !bytes.Equal(got, secret) {
 		t.Fatalf("after Settle, Unseal = %x, %v", got, err)
 	}
 	// Sealed to this boot alone: the replaced binary's values no longer
@@ -155,5 +167,80 @@ func TestUnsealBothFail(t *testing.T) {
 	}
 	if len(book.Files()) != 1 {
 		t.Errorf("Files = %v", book.Files())
+	}
+}
+
+// TestAdvance plays an attacker who keeps copies of the key files and
+// puts them back after the epoch moved on: a copy of a remembered file,
+// and of one the node forgot and erased (a cluster unlock key the cluster
+// now holds), no longer unseal; the files as Advance left them do.
+func TestAdvance(t *testing.T) {
+	m := newMachine(t)
+	epoch, err := m.tpm.Epoch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	local, escrowed := filepath.Join(dir, "local-key.sealed"), filepath.Join(dir, "cluster-key.sealed")
+	secret := bytes.Repeat([]byte{0x5a}, 32)
+	book := &Book{TPM: m.tpm, BootPCRs: m.pcrs(t), Epoch: epoch}
+	copies := map[string][]byte{}
+	for _, p := range []string{local, escrowed} {
+		data, err := book.Seal(p, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(p, data, 0o600)
+		copies[p] = data
+	}
+	if err := book.Retire(escrowed); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(escrowed)
+	if book.Epoch != epoch+1 {
+		t.Errorf("the book's epoch is %d after Advance, want %d", book.Epoch, epoch+1)
+	}
+	now := &Book{TPM: m.tpm, BootPCRs: m.pcrs(t), Epoch: book.Epoch}
+	f := readKeyFile(t, local)
+	if got, err := now.Unseal(local, f); err != nil || !bytes.Equal(got, secret) || f.HasNext() {
+		t.Fatalf("the advanced file: Unseal = %x, %v; a second seal: %v", got, err, f.HasNext())
+	}
+	for p, data := range copies {
+		kf, err := keyfile.Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := now.Unseal(p, kf); !errors.Is(err, tpm.ErrRolledBack) {
+			t.Errorf("a copy of %s from before Advance: Unseal = %v, want %v", filepath.Base(p), err, tpm.ErrRolledBack)
+		}
+	}
+	if now.Pending() {
+		t.Error("Pending after unsealing files with one seal each")
+	}
+
+	if err := now.SealNext(m.pcrs(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := now.Advance(); err == nil {
+		t.Error("Advance while an update is pending succeeded")
+	}
+	if err := now.Retire(local); err == nil || !slices.Contains(now.Files(), local) {
+		t.Errorf("Retire while an update is pending = %v, files %v; want refused, the file still remembered", err, now.Files())
+	}
+	next := &Book{TPM: m.tpm, BootPCRs: m.pcrs(t), Epoch: now.Epoch}
+	if _, err := next.Unseal(local, readKeyFile(t, local)); err != nil || !next.Pending() {
+		t.Errorf("a file with two seals: Unseal = %v, Pending = %v; want Pending", err, next.Pending())
+	}
+
+	// A file sealed by a Borough before epochs wants settling too.
+	before := filepath.Join(dir, "before-epochs.sealed")
+	data, err := (&Book{TPM: m.tpm, BootPCRs: m.pcrs(t)}).Seal(before, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(before, data, 0o600)
+	migrating := &Book{TPM: m.tpm, BootPCRs: m.pcrs(t), Epoch: now.Epoch}
+	if _, err := migrating.Unseal(before, readKeyFile(t, before)); err != nil || !migrating.Pending() {
+		t.Errorf("a file sealed without an epoch: Unseal = %v, Pending = %v; want Pending", err, migrating.Pending())
 	}
 }

@@ -70,6 +70,18 @@
 // this boot had them before the cap, and keeps the old seal until the new
 // binary has booted and confirmed itself (package seals).
 //
+// # Epochs
+//
+// A sealed blob stays valid as long as the PCRs match, so a copy of an
+// older one, put back on the disk, unseals as well as the current one.
+// [TPM.SealTo] can also bind a seal to an epoch: a monotonic counter in
+// the TPM's NV memory ([TPM.Epoch]), checked with TPM2_PolicyNV before
+// the PCR policy. [TPM.Advance] moves it on, and every seal of an earlier
+// epoch fails with [ErrRolledBack]. The counter takes the empty owner
+// auth, like the SRK: whoever holds the machine can advance it (locking
+// the keys, which they can do anyway) or define it again, which a TPM
+// starts at the highest value any counter on it ever had, never lower.
+//
 // # Usage
 //
 //	t, err := tpm.Open()

@@ -144,15 +144,17 @@ func selection(pcrs ...uint) tpm2.TPMLPCRSelection {
 	}
 }
 
-// policyDigest computes the policy digest of a session in which
-// TPM2_PolicyPCR succeeded over pcrs while they held values. pcrs must be
-// sorted and values must hold a SHA-256 digest for each.
+// policyDigest computes the policy digest of a session in which, if
+// counter (the epoch counter's name) is set, TPM2_PolicyNV found the
+// counter equal to epoch, and then TPM2_PolicyPCR succeeded over pcrs
+// while they held values. pcrs must be sorted and values must hold a
+// SHA-256 digest for each.
 //
 // TPM 2.0 Part 3, 23.7 (TPM2_PolicyPCR): the TPM hashes the selected PCR
 // values concatenated in selection order, which is ascending PCR index
 // within a bank, then extends the policy digest with
 // TPM_CC_PolicyPCR || pcrs || that hash.
-func policyDigest(pcrs []uint, values map[uint][]byte) ([]byte, error) {
+func policyDigest(pcrs []uint, values map[uint][]byte, counter *tpm2.TPM2BName, epoch uint64) ([]byte, error) {
 	h := sha256.New()
 	for _, pcr := range pcrs {
 		h.Write(values[pcr])
@@ -160,6 +162,11 @@ func policyDigest(pcrs []uint, values map[uint][]byte) ([]byte, error) {
 	calc, err := tpm2.NewPolicyCalculator(tpm2.TPMAlgSHA256)
 	if err != nil {
 		return nil, fmt.Errorf("computing PCR policy: %w", err)
+	}
+	if counter != nil {
+		if err := epochPolicy(*counter, epoch, 0).Update(calc); err != nil {
+			return nil, fmt.Errorf("computing the epoch policy: %w", err)
+		}
 	}
 	cmd := tpm2.PolicyPCR{
 		PcrDigest: tpm2.TPM2BDigest{Buffer: h.Sum(nil)},

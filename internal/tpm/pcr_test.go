@@ -69,7 +69,7 @@ func TestPolicyDigest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := policyDigest(pcrs, values)
+			got, err := policyDigest(pcrs, values, nil, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

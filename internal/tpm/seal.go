@@ -24,21 +24,22 @@ func (t *TPM) Seal(secret []byte, pcrs []uint) (*Sealed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sealing: %w", err)
 	}
-	return t.sealTo(secret, values)
+	return t.sealTo(secret, values, 0)
 }
 
 // SealTo is Seal with given SHA-256 PCR values instead of the current ones,
-// typically values predicted for the next boot (see the package doc). The
-// keys of values are the PCRs sealed to; each value must be 32 bytes.
-func (t *TPM) SealTo(secret []byte, values map[uint][]byte) (*Sealed, error) {
+// typically values predicted for the next boot (see the package doc), and
+// to epoch, the value the epoch counter must hold (Epoch), unless it is 0.
+// The keys of values are the PCRs sealed to; each value must be 32 bytes.
+func (t *TPM) SealTo(secret []byte, values map[uint][]byte, epoch uint64) (*Sealed, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.sealTo(secret, values)
+	return t.sealTo(secret, values, epoch)
 }
 
 // sealTo is SealTo for a caller that holds t.mu.
-func (t *TPM) sealTo(secret []byte, values map[uint][]byte) (*Sealed, error) {
-	s, err := t.seal(secret, values)
+func (t *TPM) sealTo(secret []byte, values map[uint][]byte, epoch uint64) (*Sealed, error) {
+	s, err := t.seal(secret, values, epoch)
 	if err != nil {
 		return nil, fmt.Errorf("sealing: %w", err)
 	}
@@ -46,7 +47,7 @@ func (t *TPM) sealTo(secret []byte, values map[uint][]byte) (*Sealed, error) {
 }
 
 // seal implements SealTo; its named err collects flush errors.
-func (t *TPM) seal(secret []byte, values map[uint][]byte) (_ *Sealed, err error) {
+func (t *TPM) seal(secret []byte, values map[uint][]byte, epoch uint64) (_ *Sealed, err error) {
 	if len(secret) == 0 {
 		return nil, errors.New("empty secret")
 	}
@@ -63,7 +64,15 @@ func (t *TPM) seal(secret []byte, values map[uint][]byte) (_ *Sealed, err error)
 			return nil, fmt.Errorf("PCR %d value is %d bytes, want %d", pcr, len(values[pcr]), sha256.Size)
 		}
 	}
-	policy, err := policyDigest(pcrs, values)
+	var counter *tpm2.TPM2BName
+	if epoch != 0 {
+		name, err := t.epochName()
+		if err != nil {
+			return nil, err
+		}
+		counter = &name
+	}
+	policy, err := policyDigest(pcrs, values, counter, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +105,7 @@ func (t *TPM) seal(secret []byte, values map[uint][]byte) (_ *Sealed, err error)
 		return nil, fmt.Errorf("creating sealed object: %w", err)
 	}
 	return &Sealed{
+		Epoch:   epoch,
 		PCRs:    pcrs,
 		Values:  maps.Clone(values),
 		SRKName: srk.name.Buffer,

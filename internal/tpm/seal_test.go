@@ -173,7 +173,7 @@ func TestSealTo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := tp.SealTo(secret32, current)
+	old, err := tp.SealTo(secret32, current, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestSealTo(t *testing.T) {
 	next := sha256.Sum256(append(slices.Clone(current[4]), newUKI[:]...))
 	predicted := maps.Clone(current)
 	predicted[4] = next[:]
-	updated, err := tp.SealTo(secret32, predicted)
+	updated, err := tp.SealTo(secret32, predicted, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestSealRejects(t *testing.T) {
 		{"short PCR value", secret32, map[uint][]byte{4: zero, 7: zero[:20]}, "PCR 7 value is 20 bytes", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tp.SealTo(tc.secret, tc.values)
+			_, err := tp.SealTo(tc.secret, tc.values, 0)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("SealTo = %v, want an error containing %q", err, tc.want)
 			}

@@ -9,13 +9,16 @@ import (
 	"github.com/google/go-tpm/tpm2"
 )
 
-// sealedVersion is the version of the encoding Marshal writes. Version 1
-// (no Values, no SRKName) is still read.
-const sealedVersion = 2
+// sealedVersion is the version of the encoding Marshal writes. Versions
+// 1 (no Values, no SRKName) and 2 (no Epoch) are still read.
+const sealedVersion = 3
 
 // Sealed is a sealed secret as stored on disk. Only the TPM that sealed it
 // can load it, so it need not be kept secret; it must be kept intact.
 type Sealed struct {
+	// Epoch is the value the TPM's epoch counter must hold for the secret
+	// to unseal (TPM.Epoch); 0 for none. Missing before version 3.
+	Epoch uint64
 	// PCRs are the SHA-256 PCRs the secret is sealed to, in ascending
 	// order when made by Seal or SealTo.
 	PCRs []uint
@@ -38,6 +41,7 @@ type Sealed struct {
 // sealedJSON is the on-disk encoding of Sealed. []byte fields are base64.
 type sealedJSON struct {
 	Version int             `json:"version"`
+	Epoch   uint64          `json:"epoch,omitempty"`
 	PCRs    []uint          `json:"pcrs"`
 	Values  map[uint][]byte `json:"values,omitempty"`
 	SRKName []byte          `json:"srk_name,omitempty"`
@@ -53,6 +57,7 @@ func (s *Sealed) Marshal() ([]byte, error) {
 	}
 	return json.Marshal(sealedJSON{
 		Version: sealedVersion,
+		Epoch:   s.Epoch,
 		PCRs:    s.PCRs,
 		Values:  s.Values,
 		SRKName: s.SRKName,
@@ -69,13 +74,16 @@ func UnmarshalSealed(b []byte) (*Sealed, error) {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, fmt.Errorf("decoding sealed secret: %w", err)
 	}
-	if j.Version != 1 && j.Version != sealedVersion {
-		return nil, fmt.Errorf("decoding sealed secret: version %d not supported, want 1 or %d", j.Version, sealedVersion)
+	if j.Version < 1 || j.Version > sealedVersion {
+		return nil, fmt.Errorf("decoding sealed secret: version %d not supported, want 1 to %d", j.Version, sealedVersion)
 	}
 	if j.Version == 1 && (j.Values != nil || j.SRKName != nil) {
 		return nil, errors.New("decoding sealed secret: version 1 has no values or srk_name")
 	}
-	s := &Sealed{PCRs: j.PCRs, Values: j.Values, SRKName: j.SRKName, Public: j.Public, Private: j.Private}
+	if j.Version < 3 && j.Epoch != 0 {
+		return nil, fmt.Errorf("decoding sealed secret: version %d has no epoch", j.Version)
+	}
+	s := &Sealed{Epoch: j.Epoch, PCRs: j.PCRs, Values: j.Values, SRKName: j.SRKName, Public: j.Public, Private: j.Private}
 	if _, _, err := s.parse(); err != nil {
 		return nil, fmt.Errorf("decoding sealed secret: %w", err)
 	}

@@ -71,6 +71,11 @@ func (t *TPM) unseal(s *Sealed) (_ []byte, err error) {
 		return nil, fmt.Errorf("starting policy session: %w", err)
 	}
 	defer t.flush(sess.Handle(), &err)
+	if s.Epoch != 0 {
+		if err := t.policyEpoch(s.Epoch, sess.Handle()); err != nil {
+			return nil, err
+		}
+	}
 	// With an empty PcrDigest, the TPM extends the session's policy with
 	// the digest of the PCRs' current values. If they differ from the
 	// values sealed to, the session's policy digest differs from the
@@ -99,4 +104,22 @@ func (t *TPM) unseal(s *Sealed) (_ []byte, err error) {
 		return nil, err
 	}
 	return rsp.OutData.Buffer, nil
+}
+
+// policyEpoch extends the policy session with the epoch counter's value,
+// which must be epoch.
+func (t *TPM) policyEpoch(epoch uint64, session tpm2.TPMHandle) error {
+	name, err := t.epochName()
+	if err != nil {
+		return err
+	}
+	_, err = epochPolicy(name, epoch, session).Execute(t.t)
+	if errors.Is(err, tpm2.TPMRCPolicy) {
+		now, rerr := t.readEpoch(name)
+		return fmt.Errorf("%w (sealed in epoch %d, the TPM is in epoch %d, err %v): %w", ErrRolledBack, epoch, now, rerr, err)
+	}
+	if err != nil {
+		return fmt.Errorf("applying the epoch policy: %w", err)
+	}
+	return nil
 }
