@@ -60,19 +60,26 @@ func TestBoot(t *testing.T) {
 	}
 }
 
-// expectBlockedTasks waits briefly for a line that never comes and
-// expects the timeout's console tail to hold the kernel's answer to
-// SysRq w.
+// expectBlockedTasks expects the kernel to answer SysRq w with its list
+// of blocked tasks.
 func expectBlockedTasks(t *testing.T, vm *qemu.VM) {
+	t.Helper()
+	if tail := sysrqAnswer(t, vm); !strings.Contains(tail, "sysrq: Show Blocked State") {
+		t.Errorf("the timeout's console tail has no list of blocked tasks:\n%s", tail)
+	}
+}
+
+// sysrqAnswer waits briefly for a line that never comes, so that qemu.VM
+// sends SysRq w from the keyboard, and returns the timeout's console
+// tail, which holds the kernel's answer.
+func sysrqAnswer(t *testing.T, vm *qemu.VM) string {
 	t.Helper()
 	_, err := vm.WaitFor("a line no boot prints", 2*time.Second)
 	var qerr *qemu.Error
 	if !errors.As(err, &qerr) {
 		t.Fatalf("waiting for a line that never comes returned %v, want a *qemu.Error", err)
 	}
-	if !strings.Contains(qerr.Console, "sysrq: Show Blocked State") {
-		t.Errorf("the timeout's console tail has no list of blocked tasks:\n%s", qerr.Console)
-	}
+	return qerr.Console
 }
 
 // TestFatal makes a service fail fatally: init must print the reason and,

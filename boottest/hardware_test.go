@@ -15,19 +15,30 @@ import (
 // TestNICs boots the node with each NIC that QEMU emulates and the
 // kernel has a driver for, as its only NIC: the hardware report names the
 // driver, and DHCP configures the link.
+//
+// One machine has an IOMMU (Intel VT-d): the node says it is on, and its
+// NIC's DMA, remapped through it, still carries DHCP. The others have
+// none, and the node warns that it is off.
 func TestNICs(t *testing.T) {
-	for _, tc := range []struct{ device, driver string }{
-		{"rtl8139", "8139cp"},
-		{"vmxnet3", "vmxnet3"},
-		{"pcnet", "pcnet32"},
-		{"i82559er", "e100"},
-		{"tulip", "tulip"},
+	for _, tc := range []struct {
+		device, driver string
+		iommu          bool
+	}{
+		{"rtl8139", "8139cp", true},
+		{"vmxnet3", "vmxnet3", false},
+		{"pcnet", "pcnet32", false},
+		{"i82559er", "e100", false},
+		{"tulip", "tulip", false},
 	} {
 		t.Run(tc.device, func(t *testing.T) {
 			t.Parallel()
-			vm := boot(t, qemu.Options{Image: nodeImage(t, cmdline.PoweroffOnFatal), NIC: tc.device})
+			vm := boot(t, qemu.Options{Image: nodeImage(t, cmdline.PoweroffOnFatal), NIC: tc.device, IOMMU: tc.iommu})
+			iommu := "borough: warning: IOMMU off: this machine has none"
+			if tc.iommu {
+				iommu = "borough: IOMMU on: devices reach only the memory the kernel maps for them iommus=dmar0"
+			}
 			expect(t, vm, bootTimeout, "borough: network link name=eth0 mac="+strings.ToLower(qemu.UserMAC)+" driver="+tc.driver,
-				"borough: network: network configured link=eth0")
+				iommu, "borough: network: network configured link=eth0")
 		})
 	}
 }

@@ -69,6 +69,11 @@ func bootBinary(t testing.TB, initramfs []byte, params ...string) []byte {
 	return versionedBootBinary(t, initramfs, "test", params...)
 }
 
+// testCmdline is on the command line of every boot binary a boot test
+// builds: SysRq in full, which the release kernel limits to sync and
+// reboot, so that a hang's timeout shows the blocked tasks (SysRq w).
+const testCmdline = "sysrq_always_enabled"
+
 // versionedBootBinary is bootBinary of the given version.
 func versionedBootBinary(t testing.TB, initramfs []byte, version string, params ...string) []byte {
 	t.Helper()
@@ -76,7 +81,7 @@ func versionedBootBinary(t testing.TB, initramfs []byte, version string, params 
 		Stub:      read(t, uki.DebianStub),
 		Kernel:    read(t, filepath.Join(outDir(t), "vmlinuz")),
 		Initramfs: initramfs,
-		Cmdline:   strings.Join(append([]string{image.DefaultCmdline}, params...), " "),
+		Cmdline:   strings.Join(append([]string{image.DefaultCmdline, testCmdline}, params...), " "),
 		Version:   version,
 	})
 	if err != nil {

@@ -40,7 +40,8 @@ func TestReleaseImage(t *testing.T) {
 	for boot1 := range 2 {
 		vm := boot(t, qemu.Options{Image: img, StateDir: state, NoRNG: true, TestParams: cmdline.TestFatal + "=hooked"})
 		expect(t, vm, bootTimeout, "borough: init started")
-		expect(t, vm, stepTimeout, running)
+		expect(t, vm, stepTimeout, "borough: kernel lockdown: integrity: nothing on the node, root included, writes kernel memory",
+			running)
 		// A pool that was ready is seeded once the node runs.
 		sawLine(t, vm, "borough: entropy: random pool seeded", stepTimeout)
 		line, _, err := vm.WaitLine("borough: boot timeline", stepTimeout)
@@ -51,7 +52,21 @@ func TestReleaseImage(t *testing.T) {
 		if strings.Contains(vm.Console(), "hooked") {
 			t.Errorf("boot %d: the release image ran a test hook from fw_cfg", boot1+1)
 		}
+		if boot1 == 0 {
+			expectSysRqLimited(t, vm)
+		}
 		powerOff(t, vm)
+	}
+}
+
+// expectSysRqLimited asks the release kernel, from the VM's keyboard, for
+// the blocked tasks (SysRq w, as qemu.VM does when a wait times out): it
+// must refuse, as it refuses every SysRq function but sync and reboot.
+func expectSysRqLimited(t *testing.T, vm *qemu.VM) {
+	t.Helper()
+	tail := sysrqAnswer(t, vm)
+	if !strings.Contains(tail, "sysrq: This sysrq operation is disabled") || strings.Contains(tail, "sysrq: Show Blocked State") {
+		t.Errorf("the release kernel did not refuse SysRq w:\n%s", tail)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -83,6 +84,7 @@ func node() int {
 		bootgc.Lift()
 	}()
 	logSecureBoot(log)
+	logLockdown(log)
 	hw := reportHardware(log)
 	st, err := storage.Open(log.With(console.ServiceKey, "storage"))
 	if err != nil {
@@ -165,6 +167,27 @@ func logSecureBoot(log *slog.Logger) {
 	default:
 		setup, _ := efivar.SetupMode(efivar.Dir)
 		log.Warn("Secure Boot OFF: the firmware started the boot binary without checking a signature", "setup_mode", setup)
+	}
+}
+
+// lockdownFile lists the kernel's lockdown modes, the one in force in
+// brackets: "none [integrity] confidentiality".
+const lockdownFile = "/sys/kernel/security/lockdown"
+
+// logLockdown says which kernel lockdown mode is in force: integrity in
+// the release kernel (kernel/borough.config), in which nothing on the
+// node, root included, writes kernel memory.
+func logLockdown(log *slog.Logger) {
+	b, err := os.ReadFile(lockdownFile)
+	_, mode, _ := strings.Cut(string(b), "[")
+	mode, _, _ = strings.Cut(mode, "]")
+	switch {
+	case err != nil:
+		log.Warn("kernel lockdown state unknown", "err", err)
+	case mode == "" || mode == "none":
+		log.Warn("kernel lockdown OFF: root on the node can write kernel memory")
+	default:
+		log.Info("kernel lockdown: " + mode + ": nothing on the node, root included, writes kernel memory")
 	}
 }
 

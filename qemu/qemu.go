@@ -110,6 +110,9 @@ type Options struct {
 	// Watchdog adds an i6300esb watchdog, which resets the VM when it
 	// fires (an update's try boot arms it).
 	Watchdog bool
+	// IOMMU adds an emulated Intel IOMMU (VT-d), described to the guest
+	// by an ACPI DMAR table, as on a server.
+	IOMMU bool
 	// FwCfg, if set, is a file exposed to the guest as fw_cfg
 	// fwcfg.Enrolment.
 	FwCfg string
@@ -230,6 +233,10 @@ func (o *Options) args(accel string) ([]string, error) {
 		"-drive", "if=pflash,format=raw,unit=1,file=" + optValue(vars),
 		"-drive", o.writableDrive("disk0", o.Image, 0),
 	}, ram...)
+	if o.IOMMU {
+		// Before any PCI device, which it must translate for.
+		args = append(args, "-device", "intel-iommu")
+	}
 	if o.GDB != "" {
 		args = append(args, "-gdb", "unix:"+optValue(o.GDB)+",server=on,wait=off")
 	}

@@ -32,6 +32,10 @@ type Report struct {
 	// Unbound are the PCI network and storage controllers without a
 	// driver.
 	Unbound []PCIDevice
+	// IOMMUs are the kernel's IOMMUs (e.g. dmar0): with one, a device
+	// reaches only the memory the kernel maps for it; without, any
+	// device's DMA reads the node's memory, unlock keys and all.
+	IOMMUs []string
 }
 
 // NIC is a network link backed by a device.
@@ -96,8 +100,24 @@ func Scan(sys string) (Report, error) {
 	if r.Disks, err = disks(sys); err != nil {
 		return r, err
 	}
-	r.Unbound, err = unbound(sys)
+	if r.Unbound, err = unbound(sys); err != nil {
+		return r, err
+	}
+	r.IOMMUs, err = iommus(sys)
 	return r, err
+}
+
+// iommus lists the IOMMUs the kernel runs (class/iommu).
+func iommus(sys string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(sys, "class", "iommu"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names, err
 }
 
 // UnboundNetwork returns the network controllers without a driver.
@@ -122,6 +142,12 @@ func (r Report) Log(log *slog.Logger) {
 	}
 	if len(r.Unbound) > 0 {
 		log.Warn("controllers this kernel has no driver for: " + Describe(r.Unbound))
+	}
+	if len(r.IOMMUs) > 0 {
+		log.Info("IOMMU on: devices reach only the memory the kernel maps for them", "iommus", strings.Join(r.IOMMUs, ","))
+	} else {
+		log.Warn("IOMMU off: this machine has none, or its firmware does not describe one (ACPI DMAR or IVRS): " +
+			"a device's DMA can read the node's memory")
 	}
 }
 

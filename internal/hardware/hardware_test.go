@@ -95,6 +95,8 @@ func machine(t *testing.T) string {
 	s.pci("0000:00:05.0", "0x10ec", "0x8029", "0x020000", "")
 	s.pci("0000:00:06.0", "0x1000", "0x0054", "0x010000", "")
 	s.pci("0000:00:01.0", "0x1234", "0x1111", "0x030000", "")
+	s.file("devices/virtual/iommu/dmar0/intel-iommu/version", "1:0")
+	s.link("class/iommu/dmar0", "devices/virtual/iommu/dmar0")
 	return s.root
 }
 
@@ -119,9 +121,13 @@ func TestScan(t *testing.T) {
 	if got := Describe(r.UnboundNetwork()); got != "10ec:8029 (Ethernet controller) at 0000:00:05.0" {
 		t.Errorf("UnboundNetwork described as %q", got)
 	}
+	if !slices.Equal(r.IOMMUs, []string{"dmar0"}) {
+		t.Errorf("IOMMUs = %q, want [dmar0]", r.IOMMUs)
+	}
 	var log bytes.Buffer
 	r.Log(slog.New(slog.NewTextHandler(&log, nil)))
 	for _, line := range []string{
+		"IOMMU on: devices reach only the memory the kernel maps for them\" iommus=dmar0",
 		"name=eth0 mac=52:54:00:12:34:56 driver=virtio_net",
 		"name=sda driver=megaraid_sas size=4.0GiB",
 		`"controllers this kernel has no driver for: 10ec:8029 (Ethernet controller) at 0000:00:05.0, 1000:0054 (SCSI controller) at 0000:00:06.0"`,
@@ -129,6 +135,23 @@ func TestScan(t *testing.T) {
 		if !strings.Contains(log.String(), line) {
 			t.Errorf("the report's log has no %s:\n%s", line, log.String())
 		}
+	}
+}
+
+// TestNoIOMMU: a machine without an IOMMU says so, as a warning.
+func TestNoIOMMU(t *testing.T) {
+	s := sysfs{t: t, root: t.TempDir()}
+	s.dir("class/net")
+	s.dir("block")
+	s.dir("bus/pci/devices")
+	r, err := Scan(s.root)
+	if err != nil || len(r.IOMMUs) != 0 {
+		t.Fatalf("Scan = %+v, %v; want no IOMMUs", r, err)
+	}
+	var log bytes.Buffer
+	r.Log(slog.New(slog.NewTextHandler(&log, nil)))
+	if !strings.Contains(log.String(), "level=WARN msg=\"IOMMU off: ") {
+		t.Errorf("the report's log has no IOMMU warning:\n%s", log.String())
 	}
 }
 
