@@ -57,7 +57,7 @@ func (mg *Manager) reissueIfMoved() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fresh, err := ca.SignCSR(csr, time.Now())
+	fresh, err := ca.SignCSR(csr, mg.cfg.IP, time.Now())
 	if err != nil {
 		return "", err
 	}

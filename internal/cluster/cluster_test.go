@@ -60,7 +60,7 @@ type member struct {
 }
 
 // wait waits for a line containing s in the member's log.
-func (m *member) wait(t *testing.T, s string) {
+func (m *member) wait(t testing.TB, s string) {
 	t.Helper()
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if strings.Contains(m.log.String(), s) {
@@ -72,12 +72,12 @@ func (m *member) wait(t *testing.T, s string) {
 
 // start runs a member at 127.0.0.n with enrolment e, in dir (a new one
 // if empty).
-func start(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment, dir string) *member {
+func start(t testing.TB, ctx context.Context, n int, e *enrolment.Enrolment, dir string) *member {
 	return startWith(t, ctx, n, e, dir, overrides{listenOnIP: true})
 }
 
 // startWith is start with test seams ov.
-func startWith(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment, dir string, ov overrides) *member {
+func startWith(t testing.TB, ctx context.Context, n int, e *enrolment.Enrolment, dir string, ov overrides) *member {
 	fresh := dir == ""
 	if fresh {
 		dir = t.TempDir()
@@ -104,7 +104,7 @@ func startWith(t *testing.T, ctx context.Context, n int, e *enrolment.Enrolment,
 }
 
 // ownerIdentity makes an owner certificate and key.
-func ownerIdentity(t *testing.T) (*x509.Certificate, tls.Certificate) {
+func ownerIdentity(t testing.TB) (*x509.Certificate, tls.Certificate) {
 	o, err := pki.NewOwner("owner", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -160,8 +160,9 @@ func TestJoinInProcess(t *testing.T) {
 	// The ticket B used admits no other key, and a fresh node's check says so.
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	csr, _ := pki.NewCSR("node-00000bad", []net.IP{net.IPv4(127, 0, 0, 9)}, key)
+	from := netip.MustParseAddr("127.0.0.9")
 	var refusal *join.Refusal
-	if _, err := join.Join(ctx, tb, csr, false); !errors.As(err, &refusal) || !strings.Contains(err.Error(), ticket.ErrUsed.Error()) {
+	if _, err := join.Join(ctx, tb, csr, from, false); !errors.As(err, &refusal) || !strings.Contains(err.Error(), ticket.ErrUsed.Error()) {
 		t.Errorf("a replayed ticket: %v, want a refusal saying it was used", err)
 	}
 	if err := join.Check(ctx, tb); !errors.As(err, &refusal) {
@@ -176,7 +177,7 @@ func TestJoinInProcess(t *testing.T) {
 	} {
 		forged := proto.Clone(tb).(*enrolmentpb.Ticket)
 		forge(forged)
-		_, err := join.Join(ctx, forged, csr, false)
+		_, err := join.Join(ctx, forged, csr, from, false)
 		if !errors.As(err, &refusal) || strings.Contains(err.Error(), "unit") || strings.Contains(err.Error(), "node-") {
 			t.Errorf("a ticket with %s: %v; want a refusal that names neither the cluster nor a node", what, err)
 		}
@@ -294,7 +295,7 @@ func replayRemoved(t *testing.T, ctx context.Context, m *member, tk *enrolmentpb
 			t.Fatal(err)
 		}
 		var refusal *join.Refusal
-		_, err = join.Join(ctx, tc.ticket, csr, false)
+		_, err = join.Join(ctx, tc.ticket, csr, m.ip, false)
 		if !errors.As(err, &refusal) || !refusal.Removed {
 			t.Errorf("removed node %s tried %s: %v; want a refusal saying it was removed", name, tc.what, err)
 		}

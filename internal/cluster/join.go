@@ -169,7 +169,7 @@ func (mg *Manager) askToJoin(ctx context.Context, rec *Record, key crypto.Signer
 	}
 	var resp *joinpb.JoinResponse
 	err = retry(ctx, mg.log, "asking to join", refused, func() (err error) {
-		resp, err = join.Join(ctx, t, csr, replace)
+		resp, err = join.Join(ctx, t, csr, mg.cfg.IP, replace)
 		return err
 	})
 	var refusal *join.Refusal

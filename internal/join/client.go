@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -23,17 +24,18 @@ import (
 // Check asks the cluster whether the ticket would admit a fresh node,
 // without using it up. It returns a *Refusal if the cluster says no.
 func Check(ctx context.Context, t *enrolmentpb.Ticket) error {
-	_, err := call(ctx, t, pathCheck, &joinpb.JoinRequest{TicketId: t.GetId(), Secret: t.GetSecret(), ClusterName: t.GetClusterName()})
+	_, err := call(ctx, t, pathCheck, netip.Addr{}, &joinpb.JoinRequest{TicketId: t.GetId(), Secret: t.GetSecret(), ClusterName: t.GetClusterName()})
 	return err
 }
 
 // Join asks the cluster to admit the node whose certificate request is
-// csr, and checks the answer against the ticket: the CA is the pinned
-// one, and the certificate is for csr's key and issued by that CA.
-// replace asks for a new member in place of the learner admitted before
-// (JoinRequest.replace_member).
-func Join(ctx context.Context, t *enrolmentpb.Ticket, csr []byte, replace bool) (*joinpb.JoinResponse, error) {
-	resp, err := call(ctx, t, pathJoin, &joinpb.JoinRequest{
+// csr, from the node's address from (the one csr names, which the
+// cluster checks against the request's source), and checks the answer
+// against the ticket: the CA is the pinned one, and the certificate is
+// for csr's key and issued by that CA. replace asks for a new member in
+// place of the learner admitted before (JoinRequest.replace_member).
+func Join(ctx context.Context, t *enrolmentpb.Ticket, csr []byte, from netip.Addr, replace bool) (*joinpb.JoinResponse, error) {
+	resp, err := call(ctx, t, pathJoin, from, &joinpb.JoinRequest{
 		TicketId: t.GetId(), Secret: t.GetSecret(), Csr: csr, ClusterName: t.GetClusterName(),
 		ReplaceMember: replace,
 	})
@@ -74,16 +76,17 @@ func checkAnswer(t *enrolmentpb.Ticket, csrDER []byte, resp *joinpb.JoinResponse
 	return nil
 }
 
-// call POSTs req to each of the ticket's endpoints in turn until one
-// answers. A refusal ends the round at once.
-func call(ctx context.Context, t *enrolmentpb.Ticket, path string, req *joinpb.JoinRequest) (*joinpb.JoinResponse, error) {
+// call POSTs req to each of the ticket's endpoints in turn, from the
+// address from if it is valid, until one answers. A refusal ends the
+// round at once.
+func call(ctx context.Context, t *enrolmentpb.Ticket, path string, from netip.Addr, req *joinpb.JoinRequest) (*joinpb.JoinResponse, error) {
 	body, err := proto.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
 	var errs []error
 	for _, ep := range t.GetJoinEndpoints() {
-		resp, err := post(ctx, t.GetCaFingerprint(), ep, path, body)
+		resp, err := post(ctx, t.GetCaFingerprint(), ep, path, from, body)
 		var refusal *Refusal
 		if err == nil || errors.As(err, &refusal) {
 			return resp, err
@@ -93,17 +96,22 @@ func call(ctx context.Context, t *enrolmentpb.Ticket, path string, req *joinpb.J
 	return nil, fmt.Errorf("no join endpoint answered: %w", errors.Join(errs...))
 }
 
-// post sends one request to one endpoint.
-func post(ctx context.Context, fingerprint, endpoint, path string, body []byte) (*joinpb.JoinResponse, error) {
+// post sends one request to one endpoint, from the address from if it is
+// valid.
+func post(ctx context.Context, fingerprint, endpoint, path string, from netip.Addr, body []byte) (*joinpb.JoinResponse, error) {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return nil, err
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	if from.IsValid() {
+		dialer.LocalAddr = &net.TCPAddr{IP: from.AsSlice()}
 	}
 	client := &http.Client{
 		Timeout: 45 * time.Second,
 		Transport: &http.Transport{
 			TLSClientConfig: pinned(fingerprint, host),
-			DialContext:     (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			DialContext:     dialer.DialContext,
 		},
 	}
 	defer client.CloseIdleConnections()

@@ -102,9 +102,10 @@ func refuseRemoved(name string) error {
 	return &Refusal{Reason: fmt.Sprintf("node %s was removed from the cluster", name), Removed: true}
 }
 
-// handle decodes a JoinRequest, runs fn and encodes its answer: a refusal
-// is 403 with the reason, another error 503.
-func (s *Server) handle(fn func(context.Context, *joinpb.JoinRequest) (proto.Message, error)) http.HandlerFunc {
+// handle decodes a JoinRequest, runs fn with the address the request
+// comes from, and encodes its answer: a refusal is 403 with the reason,
+// another error 503.
+func (s *Server) handle(fn func(context.Context, netip.Addr, *joinpb.JoinRequest) (proto.Message, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		var req joinpb.JoinRequest
@@ -115,9 +116,14 @@ func (s *Server) handle(fn func(context.Context, *joinpb.JoinRequest) (proto.Mes
 			http.Error(w, "not a join request: "+err.Error(), http.StatusBadRequest)
 			return
 		}
+		from, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil {
+			http.Error(w, "the request's source address: "+err.Error(), http.StatusBadRequest)
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		defer cancel()
-		resp, err := fn(ctx, &req)
+		resp, err := fn(ctx, from.Addr().Unmap(), &req)
 		var refusal *Refusal
 		switch {
 		case errors.As(err, &refusal):
@@ -257,7 +263,7 @@ func admitError(err error) error {
 }
 
 // check says whether a fresh node may use the ticket, without claiming it.
-func (s *Server) check(ctx context.Context, req *joinpb.JoinRequest) (proto.Message, error) {
+func (s *Server) check(ctx context.Context, _ netip.Addr, req *joinpb.JoinRequest) (proto.Message, error) {
 	rec, _, err := s.record(ctx, req)
 	if err != nil {
 		return nil, err
@@ -268,14 +274,16 @@ func (s *Server) check(ctx context.Context, req *joinpb.JoinRequest) (proto.Mess
 	return &joinpb.JoinResponse{}, nil
 }
 
-// join admits a node: see the package doc for the steps.
-func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Message, error) {
+// join admits a node, which asks from the address from: see the package
+// doc for the steps. The node's certificate and peer URL name from, the
+// address the cluster sees it at, and no other.
+func (s *Server) join(ctx context.Context, from netip.Addr, req *joinpb.JoinRequest) (proto.Message, error) {
 	csr, err := x509.ParseCertificateRequest(req.GetCsr())
 	if err != nil {
 		return nil, refuse("the certificate request is not valid: %v", err)
 	}
 	name := csr.Subject.CommonName
-	rec, err := s.claim(ctx, req, csr)
+	rec, err := s.claim(ctx, from, req, csr)
 	if err != nil {
 		return nil, err
 	}
@@ -293,11 +301,11 @@ func (s *Server) join(ctx context.Context, req *joinpb.JoinRequest) (proto.Messa
 	if err != nil {
 		return nil, err
 	}
-	cert, err := ca.SignCSR(req.GetCsr(), time.Now())
+	cert, err := ca.SignCSR(req.GetCsr(), from, time.Now())
 	if err != nil {
 		return nil, refuse("%v", err)
 	}
-	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(advertised(csr), consensus.PeerPort).String()}
+	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(from, consensus.PeerPort).String()}
 	var id uint64
 	if known != nil {
 		id = known.ID
@@ -354,27 +362,14 @@ func (s *Server) replace(ctx context.Context, name string, m *etcdserverpb.Membe
 	return nil
 }
 
-// advertised is the request's first IP address: the one the node
-// advertises to its peers (pki.NewCSR puts it first).
-func advertised(csr *x509.CertificateRequest) netip.Addr {
-	if len(csr.IPAddresses) == 0 {
-		return netip.Addr{}
-	}
-	a, _ := netip.AddrFromSlice(csr.IPAddresses[0])
-	if a.Unmap().IsUnspecified() {
-		return netip.Addr{}
-	}
-	return a.Unmap()
-}
-
 // claim admits the request under its ticket, claiming an unused ticket
 // for the request's key in one etcd transaction that also checks that
 // nobody claimed it in between and binds the key to the node's name. A
 // claimed ticket admits its own key again only within its lifetime, to
 // finish that join.
-func (s *Server) claim(ctx context.Context, req *joinpb.JoinRequest, csr *x509.CertificateRequest) (*joinpb.TicketRecord, error) {
-	if !advertised(csr).IsValid() {
-		return nil, refuse("the certificate request has no address other members can reach")
+func (s *Server) claim(ctx context.Context, from netip.Addr, req *joinpb.JoinRequest, csr *x509.CertificateRequest) (*joinpb.TicketRecord, error) {
+	if err := pki.CheckAddresses(csr, from); err != nil {
+		return nil, refuse("%v", err)
 	}
 	rec, rev, err := s.record(ctx, req)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -18,7 +19,7 @@ import (
 // that never reaches the request's handler.
 func TestHandleBounds(t *testing.T) {
 	s := &Server{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	h := s.handle(func(context.Context, *joinpb.JoinRequest) (proto.Message, error) {
+	h := s.handle(func(context.Context, netip.Addr, *joinpb.JoinRequest) (proto.Message, error) {
 		t.Error("the handler got a request that should not reach it")
 		return &joinpb.JoinResponse{}, nil
 	})

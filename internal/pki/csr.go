@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"regexp"
 	"time"
 )
@@ -49,8 +50,11 @@ func NewCSR(name string, ips []net.IP, key crypto.Signer) ([]byte, error) {
 // SignCSR checks a node's certificate request and issues the node its
 // certificate, with the request's name and IP addresses: the request's
 // signature must verify, its name must be a node name and its key ECDSA
-// P-256 (the cluster's one key type).
-func (ca *CA) SignCSR(der []byte, now time.Time) (*x509.Certificate, error) {
+// P-256 (the cluster's one key type). at is the address the cluster sees
+// the node at (a join's source address): the request must name it, and
+// may name no other but loopback, so that a joiner cannot have a
+// certificate for another node's address.
+func (ca *CA) SignCSR(der []byte, at netip.Addr, now time.Time) (*x509.Certificate, error) {
 	csr, err := x509.ParseCertificateRequest(der)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the certificate request: %w", err)
@@ -68,7 +72,32 @@ func (ca *CA) SignCSR(der []byte, now time.Time) (*x509.Certificate, error) {
 	if len(csr.IPAddresses) == 0 {
 		return nil, errors.New("the certificate request has no IP address")
 	}
+	if err := CheckAddresses(csr, at); err != nil {
+		return nil, err
+	}
 	return ca.sign(name, csr.PublicKey, csr.IPAddresses, []string{name, "localhost"}, now)
+}
+
+// CheckAddresses checks that a node's certificate request names at, the
+// address the cluster sees the node at, and no other but loopback.
+func CheckAddresses(csr *x509.CertificateRequest, at netip.Addr) error {
+	at = at.Unmap()
+	named := false
+	for _, ip := range csr.IPAddresses {
+		a, _ := netip.AddrFromSlice(ip)
+		a = a.Unmap()
+		switch {
+		case a == at:
+			named = true
+		case !a.IsLoopback():
+			return fmt.Errorf("the certificate request names %s, but the node is at %s: a node's certificate names "+
+				"only its own address (and loopback)", a, at)
+		}
+	}
+	if !named {
+		return fmt.Errorf("the certificate request does not name %s, the address the node is at", at)
+	}
+	return nil
 }
 
 // sign issues a node certificate for pub.

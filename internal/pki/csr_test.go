@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"math/big"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,8 @@ func TestSignCSR(t *testing.T) {
 	ca, _ := NewCA("prod", now)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ip := []net.IP{net.IPv4(10, 77, 0, 2)}
+	withLoopback := []net.IP{net.IPv4(10, 77, 0, 2), net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	at := netip.MustParseAddr("10.77.0.2")
 	for _, tc := range []struct {
 		name, node string
 		ips        []net.IP
@@ -61,9 +64,15 @@ func TestSignCSR(t *testing.T) {
 		want       string
 	}{
 		{"good", "node-0a1b2c3d", ip, false, ""},
+		{"good, with loopback", "node-0a1b2c3d", withLoopback, false, ""},
 		{"bad name", "etcd-admin", ip, false, "not a node name"},
 		{"no address", "node-0a1b2c3d", nil, false, "no IP address"},
 		{"bad signature", "node-0a1b2c3d", ip, true, "signature"},
+		{"another node's address too", "node-0a1b2c3d", []net.IP{net.IPv4(10, 77, 0, 2), net.IPv4(10, 77, 0, 3)}, false,
+			"names 10.77.0.3, but the node is at 10.77.0.2"},
+		{"not its own address", "node-0a1b2c3d", []net.IP{net.IPv4(10, 77, 0, 3), net.IPv4(127, 0, 0, 1)}, false,
+			"names 10.77.0.3, but the node is at 10.77.0.2"},
+		{"loopback only", "node-0a1b2c3d", []net.IP{net.IPv4(127, 0, 0, 1)}, false, "does not name 10.77.0.2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			der, err := NewCSR(tc.node, tc.ips, key)
@@ -73,7 +82,7 @@ func TestSignCSR(t *testing.T) {
 			if tc.mangle {
 				der[len(der)-3] ^= 0xff
 			}
-			cert, err := ca.SignCSR(der, now)
+			cert, err := ca.SignCSR(der, at, now)
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("SignCSR = %v, want an error containing %q", err, tc.want)
