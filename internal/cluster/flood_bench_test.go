@@ -1,0 +1,154 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/joinpb"
+)
+
+// floodSources is how many loopback addresses the flood comes from: more
+// than the join endpoint's in-flight bound, each past its per-source rate.
+const floodSources = 16
+
+// BenchmarkJoinFlood measures, side by side on one in-process member with
+// real etcd, the owner's put latency quiet and while floodSources clients
+// flood the join endpoint with requests of a forged ticket (a known
+// ticket ID, a wrong secret: the costliest refusal to reach). The join
+// endpoint's bounds (package join: per-source rate, in-flight bound) must
+// keep the flood from etcd: p99 within noise of the quiet one.
+func BenchmarkJoinFlood(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ownerCert, owner := ownerIdentity(b)
+	a := start(b, ctx, 1, &enrolment.Enrolment{ClusterName: "bench", Owner: ownerCert}, "")
+	a.wait(b, "node running cluster=bench")
+	caPEM, err := os.ReadFile(a.mgr.pkiFiles().CA())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ca, err := pki.ParseCertPEM(caPEM)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl, err := admin.Connect([]string{"127.0.0.1:2379"}, ca, owner)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	tk, err := admin.MintTicket(ctx, cl, admin.TicketParams{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	secret := slices.Clone(tk.GetSecret())
+	secret[0] ^= 1
+	body, err := proto.Marshal(&joinpb.JoinRequest{TicketId: tk.GetId(), Secret: secret, ClusterName: tk.GetClusterName()})
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	const puts = 400
+	quiet := putLatencies(ctx, b, cl, puts)
+	f := startFlood(ctx, "127.0.0.1:7834", body)
+	loud := putLatencies(ctx, b, cl, puts)
+	counts, rate := f.stop()
+	b.ReportMetric(percentile(quiet, 0.99), "ms-p99-put-quiet")
+	b.ReportMetric(percentile(loud, 0.99), "ms-p99-put-flood")
+	b.ReportMetric(percentile(quiet, 0.5), "ms-p50-put-quiet")
+	b.ReportMetric(percentile(loud, 0.5), "ms-p50-put-flood")
+	b.ReportMetric(rate, "flood-req/s")
+	b.Logf("join endpoint answers to the flood, by status: %v", counts)
+}
+
+// putLatencies puts n keys one after the other and returns each put's
+// latency in milliseconds.
+func putLatencies(ctx context.Context, b *testing.B, cl *clientv3.Client, n int) []float64 {
+	b.Helper()
+	out := make([]float64, 0, n)
+	for i := range n {
+		start := time.Now()
+		if _, err := cl.Put(ctx, fmt.Sprintf("bench/%d", i), "x"); err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, float64(time.Since(start).Microseconds())/1000)
+	}
+	return out
+}
+
+// flood is floodSources clients posting a bad join request as fast as
+// the endpoint answers.
+type flood struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	start  time.Time
+	total  atomic.Int64
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func startFlood(ctx context.Context, endpoint string, body []byte) *flood {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &flood{cancel: cancel, start: time.Now(), counts: map[string]int{}}
+	for i := range floodSources {
+		src := &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(i+1))}
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			DialContext:     (&net.Dialer{LocalAddr: src}).DialContext,
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // an attacker checks nothing
+		}}
+		f.wg.Go(func() {
+			for ctx.Err() == nil {
+				f.record(post(ctx, client, "https://"+endpoint+"/v1/join", body))
+			}
+		})
+	}
+	return f
+}
+
+func post(ctx context.Context, c *http.Client, url string, body []byte) string {
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return "request: " + err.Error()
+	}
+	resp, err := c.Do(r)
+	if err != nil {
+		return "error"
+	}
+	resp.Body.Close()
+	return resp.Status
+}
+
+func (f *flood) record(status string) {
+	f.total.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts[status]++
+}
+
+// stop ends the flood and returns its answers by status and its rate.
+func (f *flood) stop() (map[string]int, float64) {
+	f.cancel()
+	f.wg.Wait()
+	return f.counts, float64(f.total.Load()) / time.Since(f.start).Seconds()
+}
+
+// percentile returns the p-th percentile of values.
+func percentile(values []float64, p float64) float64 {
+	s := slices.Sorted(slices.Values(values))
+	return s[int(p*float64(len(s)-1))]
+}
