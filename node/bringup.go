@@ -16,7 +16,6 @@ import (
 	"github.com/borough-os/borough/internal/hardware"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/network"
-	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
@@ -142,7 +141,7 @@ func confirmEnrolment(log *slog.Logger, enrol *enrolment.Enrolment, policy keyfi
 		return nil, err
 	}
 	if enrol.Provisional() {
-		log.Info("enrolment record confirmed by the data volume", "owner", ownerName(confirmed),
+		log.Info("enrolment record confirmed by the data volume", "owner", confirmed.OwnerName(),
 			"storage_policy", confirmed.StoragePolicy.String())
 	}
 	return confirmed, nil
@@ -164,21 +163,12 @@ func logEnrolment(log *slog.Logger, e *enrolment.Enrolment) {
 			" with NO OWNER; only this node's local clients can reach it")
 		return
 	}
-	owner := ownerName(e)
 	mode := "bootstrap"
 	if e.Ticket != nil {
 		mode = "join"
 	}
-	log.Info("enrolment config", "source", e.Source, "cluster", e.ClusterName, "mode", mode, "owner", owner,
+	log.Info("enrolment config", "source", e.Source, "cluster", e.ClusterName, "mode", mode, "owner", e.OwnerName(),
 		"storage_policy", e.StoragePolicy.String(), "provisional", e.Provisional())
-}
-
-// ownerName is the fingerprint of e's owner, or "none".
-func ownerName(e *enrolment.Enrolment) string {
-	if e.Owner == nil {
-		return "none"
-	}
-	return pki.Fingerprint(e.Owner)
 }
 
 // openTPM opens the machine's TPM; it returns nil if there is none.

@@ -155,7 +155,7 @@ func refusal(e, auth *Enrolment) string {
 // authority it would have granted.
 func differences(e, auth *Enrolment) []string {
 	var diffs []string
-	if a, b := ownerName(e), ownerName(auth); a != b {
+	if a, b := e.OwnerName(), auth.OwnerName(); a != b {
 		diffs = append(diffs, fmt.Sprintf("the owner (%s, not %s)", a, b))
 	}
 	if e.StoragePolicy != auth.StoragePolicy {
@@ -173,7 +173,8 @@ func differences(e, auth *Enrolment) []string {
 	return diffs
 }
 
-func ownerName(e *Enrolment) string {
+// OwnerName is the fingerprint of e's owner, or "none".
+func (e *Enrolment) OwnerName() string {
 	if e.Owner == nil {
 		return "none"
 	}

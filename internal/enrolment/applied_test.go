@@ -92,7 +92,7 @@ func TestConfirm(t *testing.T) {
 			}
 			if e.Provisional() || e.Owner == nil || !e.Owner.Equal(owner) || e.StoragePolicy != keyfile.TPMRequired && !tc.fresh {
 				t.Errorf("Confirm gave owner %v, policy %v, provisional %v; want the genuine owner and policy",
-					ownerName(e), e.StoragePolicy, e.Provisional())
+					e.OwnerName(), e.StoragePolicy, e.Provisional())
 			}
 			gotRefusal := strings.Contains(log.String(), "refused "+string(esp.AppliedEnrolment))
 			if gotRefusal != (tc.refused != "") || !strings.Contains(log.String(), tc.refused) {

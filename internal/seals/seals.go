@@ -24,9 +24,9 @@
 // cluster unlock key from before the cluster took it would open the node
 // alone, and a key sealed to a replaced boot binary would run the old
 // version. So every seal also names the TPM's epoch, a monotonic counter
-// in its NV memory (tpm.TPM.Epoch), and Advance moves the epoch on once
-// a file is gone or a boot binary replaced: Settle advances, and so does
-// the node once the cluster holds its cluster unlock key. Advance first
+// in its NV memory (tpm.TPM.Epoch), which moves on once a file is gone or
+// a boot binary replaced: Settle advances it, and so does Retire, once the
+// cluster holds the node's cluster unlock key. An advance first
 // seals every remembered secret to the next epoch beside its current
 // seal, then moves the counter, then drops the old seals, so that a crash
 // at any step leaves each file a seal that unseals; a boot that finds a
@@ -58,7 +58,7 @@ type Book struct {
 	// nil seals to the TPM's current values.
 	BootPCRs map[uint][]byte
 	// Epoch is the TPM's epoch (tpm.TPM.Epoch), which every seal names;
-	// 0 seals without one (and Advance does nothing).
+	// 0 seals without one (and an advance only reseals).
 	Epoch uint64
 
 	mu      sync.Mutex
@@ -169,15 +169,12 @@ func (b *Book) Settle() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.next = nil
-	if err := b.rewrite(nil); err != nil {
-		return err
-	}
 	b.pending = false
 	return b.advance()
 }
 
 // Pending says whether a file this boot unsealed wants settling: it had
-// two seals (an update pending, or a Settle or Advance that a crash cut
+// two seals (an update pending, or a Settle or Retire that a crash cut
 // short), or a seal without an epoch, made before Borough had them.
 func (b *Book) Pending() bool {
 	b.mu.Lock()
@@ -186,8 +183,7 @@ func (b *Book) Pending() bool {
 }
 
 // Retire stops remembering the key file at path, which the caller erases
-// next, and advances the epoch (Advance): no copy of it put back unseals
-// again. While an update is pending it refuses, remembering the file
+// next, and advances the epoch: no copy of it put back unseals again. While an update is pending it refuses, remembering the file
 // still, so that the update seals it for the new boot binary too.
 func (b *Book) Retire(path string) error {
 	b.mu.Lock()
@@ -202,24 +198,13 @@ func (b *Book) Retire(path string) error {
 // errPending refuses to advance the epoch while an update is pending.
 var errPending = errors.New("advancing the epoch: an update is pending; its outcome settles the keys first")
 
-// Advance moves the TPM's epoch on and seals every remembered secret to
-// the new one alone: no copy of a key file from before, put back, unseals
-// again. It refuses while an update is pending (SealNext): the update's
-// outcome settles first.
-func (b *Book) Advance() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.next != nil {
-		return errPending
-	}
-	return b.advance()
-}
-
-// advance is Advance for a caller that holds b.mu, with no update
-// pending.
+// advance moves the TPM's epoch on and seals every remembered secret to
+// this boot's values and the new epoch alone: no copy of a key file from
+// before, put back, unseals again. Without epochs it only seals to this
+// boot's values. The caller holds b.mu, with no update pending.
 func (b *Book) advance() error {
 	if b.Epoch == 0 {
-		return nil
+		return b.rewrite(nil)
 	}
 	next := b.Epoch + 1
 	err := b.write(func(secret []byte) (keyfile.File, error) {
