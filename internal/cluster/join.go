@@ -124,8 +124,9 @@ func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus
 
 // unfinished reads etcd's data directory, which an unfinished join may
 // have left, before etcd can start on it. A write-ahead log of the member
-// the record names (with its database) is that member's state: etcd
-// restarts from it, as on any restart, and the join is done (c). A log of
+// the record names, with a database that lists that member, is its
+// state: etcd restarts from it, as on any restart, and the join is done
+// (c). A log of
 // another member, or one where the record names none, is refused: the
 // node cannot tell it is not a voter's, whose log is never removed.
 // Anything else is removed once the cluster has admitted the node again
@@ -142,6 +143,10 @@ func (mg *Manager) unfinished(ctx context.Context, rec *Record) (*consensus.Cons
 			"but the node state record says this node was admitted as member %q: not starting etcd on it",
 			mg.etcdDir(), dir.MemberID, rec.MemberID)
 	case !dir.DB:
+		return nil, dir, nil
+	case !dir.KnowsMember:
+		mg.log.Warn("etcd's database does not list this member, which its log names: a power cut lost what the "+
+			"database had not flushed; joining again as a new member", "member", rec.MemberID)
 		return nil, dir, nil
 	}
 	mg.log.Info("etcd's data directory holds this member's log; restarting it", "member", rec.MemberID)

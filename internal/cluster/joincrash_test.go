@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -163,6 +164,10 @@ type joinCrash struct {
 	// lose is what of etcd's data directory the cut loses, if anything
 	// ("member/wal", "member/snap/db").
 	lose string
+	// unflushed says the cut loses the database pages etcd had not
+	// flushed, as a VM's power cut does: the database no longer lists the
+	// member, and its consistent index is back at 0.
+	unflushed bool
 	// remove says the owner removes the node while it is down.
 	remove bool
 }
@@ -173,6 +178,7 @@ var joinCrashes = []joinCrash{
 	{name: "killed after etcd started", step: JoinStarted},
 	{name: "killed while etcd started: database without log", step: JoinStarted, lose: "member/wal"},
 	{name: "killed after etcd started: log without database", step: JoinStarted, lose: "member/snap/db"},
+	{name: "killed after etcd started: database pages lost", step: JoinStarted, unflushed: true},
 	{name: "removed after admission while down", step: JoinAdmitted, remove: true},
 	{name: "removed after etcd started while down", step: JoinStarted, remove: true},
 }
@@ -274,6 +280,9 @@ func (j *joinCrashCluster) run(t *testing.T, c joinCrash, ip string, bySnapshot 
 	if err != nil || rec == nil {
 		t.Fatalf("the node state record after the cut: %v, %v", rec, err)
 	}
+	if c.unflushed {
+		loseUnflushed(t, filepath.Join(etcd, "member", "snap", "db"), rec.MemberID)
+	}
 	if c.remove {
 		if _, err := admin.RemoveNode(ctx, j.cl, rec.Node); err != nil {
 			t.Fatal(err)
@@ -346,5 +355,27 @@ func (j *joinCrashCluster) checkAlone(t *testing.T) {
 	}
 	if len(list.Members) != 1 {
 		t.Errorf("the cluster has %d members after the node left, want the leader alone: %v", len(list.Members), list.Members)
+	}
+}
+
+// loseUnflushed makes the etcd database at path what a power cut leaves
+// when its last pages were not flushed: member (hex) missing from its
+// members bucket, its consistent index back at 0.
+func loseUnflushed(t *testing.T, path, member string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		// Right after its start a member's database may not list it yet.
+		if err := tx.Bucket([]byte("members")).Delete([]byte(member)); err != nil {
+			return err
+		}
+		return tx.Bucket([]byte("meta")).Put([]byte("consistent_index"), make([]byte, 8))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
 	"go.uber.org/zap"
@@ -17,8 +20,11 @@ import (
 // it. etcd itself starts on whatever it finds: a directory without a WAL
 // is a new member to it, which takes its membership from the flags, and
 // one whose bbolt database outlived its WAL (a member stopped while it
-// started) then panics applying its own entries ("member unknown"). So a
-// member that has not finished joining checks first (package cluster).
+// started) then panics applying its own entries ("member unknown"), as
+// does one whose database does not list the member its WAL names: a VM's
+// power cut loses the guest's unflushed database pages while the WAL,
+// synced on every write, keeps entries that need the member. So a member
+// that has not finished joining checks first (package cluster).
 type DataDir struct {
 	// Exists says the directory is there at all.
 	Exists bool
@@ -26,8 +32,9 @@ type DataDir struct {
 	// member and cluster (MemberID, ClusterID).
 	WAL                 bool
 	MemberID, ClusterID uint64
-	// DB says it holds etcd's bbolt database.
-	DB bool
+	// DB says it holds etcd's bbolt database; KnowsMember, that the
+	// database lists MemberID among the cluster's members.
+	DB, KnowsMember bool
 }
 
 func walDir(dir string) string { return filepath.Join(dir, "member", "wal") }
@@ -56,7 +63,31 @@ func Inspect(dir string) (DataDir, error) {
 		return d, fmt.Errorf("etcd's write-ahead log in %s: %w", walDir(dir), err)
 	}
 	d.MemberID, d.ClusterID = md.GetNodeID(), md.GetClusterID()
+	if d.DB {
+		if d.KnowsMember, err = listsMember(dbFile(dir), d.MemberID); err != nil {
+			return d, fmt.Errorf("etcd's database %s: %w", dbFile(dir), err)
+		}
+	}
 	return d, nil
+}
+
+// listsMember says whether the etcd database at path lists member id in
+// its members bucket (etcd's schema.Members, keyed by the ID in hex). It
+// opens the database read-only: etcd is not running on it yet.
+func listsMember(path string, id uint64) (bool, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return false, err
+	}
+	defer db.Close()
+	known := false
+	err = db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket([]byte("members")); b != nil {
+			known = b.Get([]byte(types.ID(id).String())) != nil
+		}
+		return nil
+	})
+	return known, err
 }
 
 // walMetadata reads the metadata etcd wrote at the head of the WAL in
