@@ -255,6 +255,28 @@ func TestCluster(t *testing.T) {
 	}
 
 	forgedRecord(t, img, opts, config, env, api)
+	forgedState(t, img, opts)
+}
+
+// forgedState plays someone who swaps the CRL copy on the ESP of the TPM
+// node of TestCluster while it is off, so that a node the cluster removed
+// could get its share: the ledger refuses the copy by name (the node
+// answers no share request until its member runs), the node runs, and
+// its member puts the authentic copy back.
+func forgedState(t *testing.T, img string, opts qemu.Options) {
+	genuine := readESPFile(t, img, esp.UnlockCRL)
+	writeESPFile(t, img, esp.UnlockCRL, readESPFile(t, img, esp.UnlockCA))
+	vm := boot(t, opts)
+	expect(t, vm, bootTimeout, "the ESP's ledger checks out",
+		"refusing "+string(esp.UnlockCRL)+": its contents are not the ones the ledger lists",
+		"borough: state Restarting -> Running", running)
+	// The member's identity is copied to the ESP as soon as it runs, and
+	// then every 10 s.
+	time.Sleep(12 * time.Second)
+	powerOff(t, vm)
+	if crl := readESPFile(t, img, esp.UnlockCRL); !bytes.Equal(crl, genuine) {
+		t.Errorf("the ESP's CRL copy was not put back: %d bytes, want the genuine %d", len(crl), len(genuine))
+	}
 }
 
 // forgedRecord plays someone who can write the disk of the TPM node of

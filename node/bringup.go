@@ -13,6 +13,7 @@ import (
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/hardware"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/network"
@@ -89,7 +90,9 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		return nil, err
 	}
 	b.updates.useSeals(book)
-	keys := clusterKeys(ctx, log, book, policy)
+	sealer := &seals.Sealer{Book: book}
+	ledger := openLedger(log, sealer)
+	keys := clusterKeys(ctx, log, sealer, ledger, policy)
 	if err := st.MountData(storage.Config{
 		TPM:         t,
 		Seals:       book,
@@ -112,7 +115,7 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	}
 	mgr.Configure(cluster.Config{
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
-		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot,
+		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot, Ledger: ledger,
 		Pause: pauseHook(log, params, "join"), Keys: keys, Timeline: tl,
 	})
 	services := append(failed, b.logs.journalService(),
@@ -204,14 +207,35 @@ func sealBook(log *slog.Logger, t *tpm.TPM, policy keyfile.TPMPolicy) (*seals.Bo
 	return &seals.Book{TPM: t, BootPCRs: pcrs, Epoch: epoch}, nil
 }
 
+// openLedger opens the ledger that authenticates the node's state on its
+// ESP (package espledger); without a TPM in use, one that checks nothing,
+// and the node says so.
+func openLedger(log *slog.Logger, sealer *seals.Sealer) *espledger.Ledger {
+	if sealer.Book == nil {
+		log.Warn("no TPM in use: nothing on the ESP can be authenticated; whoever can write the disk while the " +
+			"machine is off can change the CA, CRL and peers this node trusts before its data volume opens")
+		return espledger.Unauthenticated(storage.ESPRoot, log)
+	}
+	l, err := espledger.Open(storage.ESPRoot, sealer, log)
+	if err != nil {
+		log.Error("refusing every file the ESP's ledger covers", "err", err)
+		return espledger.Refusing(storage.ESPRoot, err)
+	}
+	if l.Refused() == nil {
+		log.Info("the ESP's ledger checks out: its state is this node's own")
+	}
+	return l
+}
+
 // clusterKeys returns the keeper of the node's cluster unlock key, which
 // has unsealed what it needs from the ESP and answers its peers' share
-// requests. book (nil: no TPM in use) seals its keys.
-func clusterKeys(ctx context.Context, log *slog.Logger, book *seals.Book, policy keyfile.TPMPolicy) *clusterkey.Keeper {
+// requests. sealer seals its keys (in clear without a TPM in use).
+func clusterKeys(ctx context.Context, log *slog.Logger, sealer *seals.Sealer, ledger *espledger.Ledger, policy keyfile.TPMPolicy) *clusterkey.Keeper {
 	keys := &clusterkey.Keeper{
 		ESPRoot: storage.ESPRoot,
-		Local:   storage.LocalEscrow(storage.ESPRoot, policy, book),
-		Sealer:  &clusterkey.Sealer{Book: book},
+		Ledger:  ledger,
+		Local:   storage.LocalEscrow(storage.ESPRoot, policy, sealer.Book),
+		Sealer:  sealer,
 		Log:     log.With(console.ServiceKey, "unlock"),
 	}
 	keys.Boot(ctx)

@@ -33,7 +33,7 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Cons
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writeRecord(mg.espRecord(), rec); err != nil {
+	if err := mg.writeESPRecord(rec); err != nil {
 		return nil, nil, err
 	}
 	c, err := consensus.Start(ctx, mg.consensusConfig(name, cluster, consensus.ModeNew))

@@ -25,6 +25,7 @@ import (
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/join"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
@@ -87,7 +88,7 @@ func startWith(t testing.TB, ctx context.Context, n int, e *enrolment.Enrolment,
 	m.mgr = New(slog.New(console.NewHandler(m.log)))
 	m.mgr.Configure(Config{
 		Enrolment: e, FreshData: fresh, IP: m.ip,
-		ESPRoot: filepath.Join(dir, "esp"), DataRoot: filepath.Join(dir, "data"),
+		ESPRoot: filepath.Join(dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"), nil), DataRoot: filepath.Join(dir, "data"),
 		overrides: ov,
 	})
 	if err := m.mgr.Preflight(ctx, filepath.Join(dir, "esp"), e); err != nil {

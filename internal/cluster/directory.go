@@ -32,22 +32,29 @@ type directory struct {
 	Members map[string][]string `json:"members"`
 }
 
-func (mg *Manager) directoryPaths() []string {
-	return []string{filepath.Join(mg.cfg.DataRoot, "borough", "members.json"), esp.MemberDirectory.In(mg.cfg.ESPRoot)}
+func (mg *Manager) dataDirectory() string {
+	return filepath.Join(mg.cfg.DataRoot, "borough", "members.json")
 }
 
-// readDirectory reads the data volume's directory, else the ESP's.
+// readDirectory reads the data volume's directory, else the ESP's, which
+// the ledger checks (package espledger).
 func (mg *Manager) readDirectory() (*directory, error) {
 	var errs []error
-	for _, p := range mg.directoryPaths() {
-		b, err := os.ReadFile(p)
+	for _, read := range []struct {
+		name string
+		read func() ([]byte, error)
+	}{
+		{mg.dataDirectory(), func() ([]byte, error) { return os.ReadFile(mg.dataDirectory()) }},
+		{string(esp.MemberDirectory), func() ([]byte, error) { return mg.cfg.Ledger.Read(esp.MemberDirectory) }},
+	} {
+		b, err := read.read()
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		var d directory
 		if err := json.Unmarshal(b, &d); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+			errs = append(errs, fmt.Errorf("%s: %w", read.name, err))
 			continue
 		}
 		return &d, nil
@@ -98,11 +105,10 @@ func (mg *Manager) writeDirectory(d *directory) error {
 	if err != nil {
 		return err
 	}
-	var files []atomicfile.File
-	for _, p := range mg.directoryPaths() {
-		files = append(files, atomicfile.File{Path: p, Data: b, Perm: 0o600})
+	if err := atomicfile.Write(mg.dataDirectory(), b, 0o600); err != nil {
+		return fmt.Errorf("writing the member directory: %w", err)
 	}
-	return atomicfile.WriteAll(files...)
+	return mg.cfg.Ledger.Write(map[esp.File][]byte{esp.MemberDirectory: b})
 }
 
 // peerEndpoints are the join endpoints of the directory's members other

@@ -23,6 +23,7 @@ import (
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
@@ -76,7 +77,7 @@ func runJoiner(specJSON string) error {
 	mg := New(slog.New(console.NewHandler(os.Stdout)))
 	mg.Configure(Config{
 		Enrolment: e, FreshData: errors.Is(statErr, os.ErrNotExist), IP: netip.MustParseAddr(spec.IP),
-		ESPRoot: filepath.Join(spec.Dir, "esp"), DataRoot: data,
+		ESPRoot: filepath.Join(spec.Dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(spec.Dir, "esp"), nil), DataRoot: data,
 		Pause: func(step string) {
 			if step == spec.Pause {
 				fmt.Println("paused after " + step)

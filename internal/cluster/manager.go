@@ -21,6 +21,7 @@ import (
 	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/join"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/supervisor"
@@ -36,6 +37,10 @@ type Config struct {
 	IP netip.Addr
 	// ESPRoot and DataRoot are where the ESP and data volume are mounted.
 	ESPRoot, DataRoot string
+	// Ledger reads and writes the ESP's copies of the node state record
+	// and the member directory (package espledger): a copy it refuses
+	// counts as damaged, and the data volume's decides.
+	Ledger *espledger.Ledger
 	// Pause, if set, is called after each step of a join (JoinRecorded,
 	// JoinAdmitted, JoinStarted), for crash tests.
 	Pause func(step string)
@@ -106,7 +111,6 @@ func (mg *Manager) Fail(reason error) {
 // are up.
 func (mg *Manager) Configure(cfg Config) { mg.cfg = cfg }
 
-func (mg *Manager) espRecord() string { return esp.NodeState.In(mg.cfg.ESPRoot) }
 func (mg *Manager) dataRecord() string {
 	return filepath.Join(mg.cfg.DataRoot, "borough", "node-state.json")
 }
@@ -251,7 +255,7 @@ func errRemoved(cluster string) error {
 }
 
 func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, error) {
-	espRec, err := readRecord(mg.espRecord())
+	espRec, err := mg.readESPRecord()
 	espDamaged := errors.Is(err, errDamaged)
 	switch {
 	case espDamaged:
@@ -319,7 +323,30 @@ func (mg *Manager) writeRecords(rec *Record) error {
 	if err := writeRecord(mg.dataRecord(), rec); err != nil {
 		return err
 	}
-	return writeRecord(mg.espRecord(), rec)
+	return mg.writeESPRecord(rec)
+}
+
+// readESPRecord reads the ESP's node state record through the ledger: a
+// copy the ledger refuses is damaged, and the data volume's decides.
+func (mg *Manager) readESPRecord() (*Record, error) {
+	b, err := mg.cfg.Ledger.Read(esp.NodeState)
+	if r := (*espledger.Refused)(nil); errors.As(err, &r) {
+		return nil, fmt.Errorf("node state record %s: %w: %w", esp.NodeState, errDamaged, err)
+	}
+	return parseRecord(string(esp.NodeState), b, err)
+}
+
+// writeESPRecord writes rec to the ESP through the ledger, unless the
+// ESP holds it already.
+func (mg *Manager) writeESPRecord(rec *Record) error {
+	f, err := recordFile(string(esp.NodeState), rec)
+	if err != nil {
+		return err
+	}
+	if err := mg.cfg.Ledger.Write(map[esp.File][]byte{esp.NodeState: f.Data}); err != nil {
+		return fmt.Errorf("writing node state record: %w", err)
+	}
+	return nil
 }
 
 // member records the started member in the node state record.

@@ -42,6 +42,12 @@ type Record struct {
 // (errDamaged): its names must not reach etcd's flags or certificates.
 func readRecord(path string) (*Record, error) {
 	b, err := os.ReadFile(path)
+	return parseRecord(path, b, err)
+}
+
+// parseRecord parses b, the record read from path with err, as readRecord
+// does.
+func parseRecord(path string, b []byte, err error) (*Record, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

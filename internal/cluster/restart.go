@@ -33,7 +33,7 @@ func (mg *Manager) restart(ctx context.Context, rec *Record) (*consensus.Consens
 		return nil, fmt.Errorf("etcd's data is of cluster %s, the node state record says %s", id, rec.ClusterID)
 	}
 	// The ESP's record may be behind the data volume's: bring it along.
-	if err := writeRecord(mg.espRecord(), rec); err != nil {
+	if err := mg.writeESPRecord(rec); err != nil {
 		c.Close()
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/console"
+	"github.com/borough-os/borough/internal/espledger"
 )
 
 func TestTransitions(t *testing.T) {
@@ -189,7 +190,7 @@ func TestAlone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			mg := New(slog.New(console.NewHandler(io.Discard)))
-			mg.Configure(Config{DataRoot: filepath.Join(dir, "data"), ESPRoot: filepath.Join(dir, "esp")})
+			mg.Configure(Config{DataRoot: filepath.Join(dir, "data"), ESPRoot: filepath.Join(dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"), nil)})
 			mg.retimed = tc.retimed
 			if tc.directory != nil {
 				d := &directory{Cluster: "prod", Members: map[string][]string{}}

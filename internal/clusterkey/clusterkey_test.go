@@ -1,7 +1,6 @@
 package clusterkey
 
 import (
-	"bytes"
 	"crypto/x509"
 	"log/slog"
 	"math/big"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -46,7 +46,7 @@ func TestReadRecord(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			write(t, root, esp.NodeState, []byte(tc.content))
-			r, err := readRecord(root)
+			r, err := readRecord(espledger.Unauthenticated(root, nil))
 			if tc.want == "" {
 				if err != nil || r.Node != "node-0a1b2c3d" {
 					t.Errorf("readRecord = %+v, %v", r, err)
@@ -60,27 +60,11 @@ func TestReadRecord(t *testing.T) {
 	}
 }
 
-// TestSealerClear: without a TPM, secrets are kept in clear key files.
-func TestSealerClear(t *testing.T) {
-	s := &Sealer{}
-	secret := bytes.Repeat([]byte{7}, 32)
-	b, err := s.Seal("key", secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Unseal("key", b)
-	if err != nil || !bytes.Equal(got, secret) {
-		t.Errorf("Unseal(Seal) = %x, %v", got, err)
-	}
-	if _, err := s.Unseal("key", []byte(`{"version":1,"sealed":{"version":2}}`)); err == nil || !strings.Contains(err.Error(), "sealed to a TPM") {
-		t.Errorf("Unseal of a sealed key without a TPM = %v", err)
-	}
-}
-
 // TestGetWithoutKey: a node with neither a sealed CUK nor an escrow says
 // so.
 func TestGetWithoutKey(t *testing.T) {
-	k := &Keeper{ESPRoot: t.TempDir()}
+	root := t.TempDir()
+	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root, nil)}
 	if _, err := k.Get(); err == nil || !strings.Contains(err.Error(), "neither sealed on the ESP") {
 		t.Errorf("Get = %v, want an error naming both places", err)
 	}
@@ -120,7 +104,8 @@ func TestCRLInForce(t *testing.T) {
 	if err := os.WriteFile(files.CA(), pki.CertPEM(ca.Cert), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k := &Keeper{ESPRoot: t.TempDir(), Log: slog.New(slog.DiscardHandler)}
+	root := t.TempDir()
+	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root, nil), Log: slog.New(slog.DiscardHandler)}
 	if err := os.MkdirAll(filepath.Dir(esp.UnlockCRL.In(k.ESPRoot)), 0o755); err != nil {
 		t.Fatal(err)
 	}

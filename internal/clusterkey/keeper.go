@@ -22,7 +22,9 @@ import (
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/escrow"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/tpm"
 	"github.com/borough-os/borough/internal/unlock"
@@ -32,9 +34,13 @@ import (
 type Keeper struct {
 	// ESPRoot is where the ESP is mounted.
 	ESPRoot string
+	// Ledger reads and writes the ESP's files that carry authority
+	// (package espledger): the CA, certificate and CRL copies, the
+	// escrow, the node state record and the member directory.
+	Ledger *espledger.Ledger
 	// Local keeps the CUK sealed on the ESP.
 	Local  storage.Escrow
-	Sealer *Sealer
+	Sealer *seals.Sealer
 	Log    *slog.Logger
 	// OwnerRecovery makes Maintain seal the node's unlock keys to the
 	// cluster owner's key, when there is an owner.
@@ -91,14 +97,14 @@ func (k *Keeper) Boot(ctx context.Context) {
 
 // readIdentity reads the node's identity from the ESP; nil if it has none.
 func (k *Keeper) readIdentity() (*unlock.Identity, error) {
-	certPEM, err := os.ReadFile(esp.UnlockCert.In(k.ESPRoot))
+	certPEM, err := k.Ledger.Read(esp.UnlockCert)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	caPEM, err := os.ReadFile(esp.UnlockCA.In(k.ESPRoot))
+	caPEM, err := k.Ledger.Read(esp.UnlockCA)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +138,7 @@ func (k *Keeper) readIdentity() (*unlock.Identity, error) {
 
 // readESPCRL reads the ESP's copy of the CRL, checked against ca.
 func (k *Keeper) readESPCRL(ca *x509.Certificate) error {
-	der, err := os.ReadFile(esp.UnlockCRL.In(k.ESPRoot))
+	der, err := k.Ledger.Read(esp.UnlockCRL)
 	if err != nil {
 		return err
 	}
@@ -187,7 +193,7 @@ func (k *Keeper) startResponder(ctx context.Context) {
 		k.Log.Warn("the unlock certificate", "err", err)
 		return
 	}
-	rec, err := readRecord(k.ESPRoot)
+	rec, err := readRecord(k.Ledger)
 	if err != nil {
 		k.Log.Warn("not answering share requests: no node state record", "err", err)
 		return
@@ -235,7 +241,7 @@ func (k *Keeper) Get() ([]byte, error) {
 			return nil, fmt.Errorf("erasing %s: %w", esp.ClusterKeyEscrow, err)
 		}
 	}
-	e, err := readEscrow(k.ESPRoot)
+	e, err := readEscrow(k.Ledger)
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +251,7 @@ func (k *Keeper) Get() ([]byte, error) {
 		}
 		return nil, fmt.Errorf("the cluster holds this node's unlock key, but the node's certificate is not on its ESP (%s)", esp.UnlockCert)
 	}
-	addrs, err := peerAddresses(k.ESPRoot)
+	addrs, err := peerAddresses(k.Ledger)
 	if err != nil {
 		return nil, err
 	}
@@ -273,8 +279,8 @@ func (k *Keeper) remember(cuk []byte) {
 }
 
 // readEscrow reads the escrow on the ESP.
-func readEscrow(root string) (*escrow.Escrow, error) {
-	b, err := os.ReadFile(esp.CUKEscrow.In(root))
+func readEscrow(l *espledger.Ledger) (*escrow.Escrow, error) {
+	b, err := l.Read(esp.CUKEscrow)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no cluster unlock key: neither sealed on the ESP (%s) nor escrowed with the peers (%s)",
 			esp.ClusterKeyEscrow, esp.CUKEscrow)
@@ -299,8 +305,8 @@ type record struct {
 	Node    string `json:"node"`
 }
 
-func readRecord(root string) (*record, error) {
-	b, err := os.ReadFile(esp.NodeState.In(root))
+func readRecord(l *espledger.Ledger) (*record, error) {
+	b, err := l.Read(esp.NodeState)
 	if err != nil {
 		return nil, err
 	}
@@ -316,8 +322,8 @@ func readRecord(root string) (*record, error) {
 
 // peerAddresses returns the unlock responders of the members in the ESP's
 // member directory (internal/cluster writes it), by node name.
-func peerAddresses(root string) (map[string]string, error) {
-	b, err := os.ReadFile(esp.MemberDirectory.In(root))
+func peerAddresses(l *espledger.Ledger) (map[string]string, error) {
+	b, err := l.Read(esp.MemberDirectory)
 	if err != nil {
 		return nil, fmt.Errorf("reading the member directory: %w", err)
 	}

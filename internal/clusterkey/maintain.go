@@ -93,7 +93,7 @@ func (k *Keeper) sealForOwner(ctx context.Context, m Member) error {
 	}
 	fp := pki.Fingerprint(owner)
 	var old escrow.OwnerRecovery
-	if b, err := os.ReadFile(esp.OwnerRecovery.In(k.ESPRoot)); err == nil && json.Unmarshal(b, &old) == nil && old.Owner == fp {
+	if b, err := k.Ledger.Read(esp.OwnerRecovery); err == nil && json.Unmarshal(b, &old) == nil && old.Owner == fp {
 		return nil
 	}
 	pub, ok := owner.PublicKey.(*ecdsa.PublicKey)
@@ -108,7 +108,7 @@ func (k *Keeper) sealForOwner(ctx context.Context, m Member) error {
 	if err != nil {
 		return err
 	}
-	if err := writeESP(k.ESPRoot, esp.OwnerRecovery, b); err != nil {
+	if err := k.Ledger.Write(map[esp.File][]byte{esp.OwnerRecovery: b}); err != nil {
 		return err
 	}
 	k.Log.Info("sealed the node's unlock keys for the owner's recovery", "owner", fp)
@@ -122,7 +122,7 @@ func (k *Keeper) syncIdentity(files consensus.Files) error {
 	if err != nil {
 		return err
 	}
-	if old, err := os.ReadFile(esp.UnlockCert.In(k.ESPRoot)); err != nil || !bytes.Equal(old, certPEM) {
+	if old, err := k.Ledger.Read(esp.UnlockCert); err != nil || !bytes.Equal(old, certPEM) {
 		keyPEM, err := os.ReadFile(files.Key())
 		if err != nil {
 			return err
@@ -147,22 +147,21 @@ func (k *Keeper) syncIdentity(files consensus.Files) error {
 		if err := writeESP(k.ESPRoot, esp.UnlockKey, sealed); err != nil {
 			return err
 		}
-		if err := writeESP(k.ESPRoot, esp.UnlockCert, certPEM); err != nil {
+		if err := k.Ledger.Write(map[esp.File][]byte{esp.UnlockCert: certPEM}); err != nil {
 			return err
 		}
 		k.setIdentity(certPEM, ec, files)
 	}
-	for _, f := range []struct {
-		from string
-		to   esp.File
-	}{{files.CA(), esp.UnlockCA}, {files.CRL(), esp.UnlockCRL}} {
-		b, err := os.ReadFile(f.from)
+	copies := map[esp.File][]byte{}
+	for from, to := range map[string]esp.File{files.CA(): esp.UnlockCA, files.CRL(): esp.UnlockCRL} {
+		b, err := os.ReadFile(from)
 		if err != nil {
 			return err
 		}
-		if err := writeESP(k.ESPRoot, f.to, b); err != nil {
-			return err
-		}
+		copies[to] = b
+	}
+	if err := k.Ledger.Write(copies); err != nil {
+		return err
 	}
 	return k.loadCRL(files)
 }
@@ -282,7 +281,7 @@ func (k *Keeper) reconcile(ctx context.Context, b escrow.Binding, threshold int,
 	if cuk == nil || id == nil {
 		return nil
 	}
-	current, err := readEscrow(k.ESPRoot)
+	current, err := readEscrow(k.Ledger)
 	if err != nil {
 		current = nil
 	}
@@ -315,7 +314,7 @@ func (k *Keeper) reconcile(ctx context.Context, b escrow.Binding, threshold int,
 	if err != nil {
 		return err
 	}
-	if err := writeESP(k.ESPRoot, esp.CUKEscrow, j); err != nil {
+	if err := k.Ledger.Write(map[esp.File][]byte{esp.CUKEscrow: j}); err != nil {
 		return err
 	}
 	if err := k.Sealer.Drop(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil {
@@ -337,8 +336,8 @@ func (k *Keeper) keepLocally(cuk []byte, current *escrow.Escrow) error {
 	if err := k.Local.Put(cuk); err != nil {
 		return err
 	}
-	if err := atomicfile.Remove(esp.CUKEscrow.In(k.ESPRoot)); err != nil {
-		return fmt.Errorf("removing %s: %w", esp.CUKEscrow, err)
+	if err := k.Ledger.Write(map[esp.File][]byte{esp.CUKEscrow: nil}); err != nil {
+		return err
 	}
 	k.Log.Warn("this node is the cluster's only voter: its unlock key is sealed on its own ESP again, and the disk opens alone")
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-tpm/tpm2/transport"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
@@ -43,8 +44,8 @@ func TestOldSealedKeyPutBack(t *testing.T) {
 	boot := func() (*Keeper, *bytes.Buffer) {
 		book := &seals.Book{TPM: tp, BootPCRs: pcrs, Epoch: epoch}
 		var log bytes.Buffer
-		return &Keeper{ESPRoot: root, Local: storage.LocalEscrow(root, keyfile.TPMRequired, book),
-			Sealer: &Sealer{Book: book}, Log: slog.New(slog.NewTextHandler(&log, nil))}, &log
+		return &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root, nil), Local: storage.LocalEscrow(root, keyfile.TPMRequired, book),
+			Sealer: &seals.Sealer{Book: book}, Log: slog.New(slog.NewTextHandler(&log, nil))}, &log
 	}
 
 	k, _ := boot()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-tpm-tools/simulator"
@@ -239,5 +240,22 @@ func TestAdvance(t *testing.T) {
 	migrating := &Book{TPM: m.tpm, BootPCRs: m.pcrs(t), Epoch: now.Epoch}
 	if _, err := migrating.Unseal(before, readKeyFile(t, before)); err != nil || !migrating.Pending() {
 		t.Errorf("a file sealed without an epoch: Unseal = %v, Pending = %v; want Pending", err, migrating.Pending())
+	}
+}
+
+// TestSealerClear: without a TPM, secrets are kept in clear key files.
+func TestSealerClear(t *testing.T) {
+	s := &Sealer{}
+	secret := bytes.Repeat([]byte{7}, 32)
+	b, err := s.Seal("key", secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Unseal("key", b)
+	if err != nil || !bytes.Equal(got, secret) {
+		t.Errorf("Unseal(Seal) = %x, %v", got, err)
+	}
+	if _, err := s.Unseal("key", []byte(`{"version":1,"sealed":{"version":2}}`)); err == nil || !strings.Contains(err.Error(), "sealed to a TPM") {
+		t.Errorf("Unseal of a sealed key without a TPM = %v", err)
 	}
 }

@@ -66,7 +66,7 @@ func (t *TPM) seal(secret []byte, values map[uint][]byte, epoch uint64) (_ *Seal
 	}
 	var counter *tpm2.TPM2BName
 	if epoch != 0 {
-		name, err := t.epochName()
+		name, _, err := t.counterName(EpochCounter)
 		if err != nil {
 			return nil, err
 		}

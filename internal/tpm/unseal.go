@@ -109,13 +109,13 @@ func (t *TPM) unseal(s *Sealed) (_ []byte, err error) {
 // policyEpoch extends the policy session with the epoch counter's value,
 // which must be epoch.
 func (t *TPM) policyEpoch(epoch uint64, session tpm2.TPMHandle) error {
-	name, err := t.epochName()
+	name, _, err := t.counterName(EpochCounter)
 	if err != nil {
 		return err
 	}
 	_, err = epochPolicy(name, epoch, session).Execute(t.t)
 	if errors.Is(err, tpm2.TPMRCPolicy) {
-		now, rerr := t.readEpoch(name)
+		now, rerr := t.readCounter(EpochCounter, name)
 		return fmt.Errorf("%w (sealed in epoch %d, the TPM is in epoch %d, err %v): %w", ErrRolledBack, epoch, now, rerr, err)
 	}
 	if err != nil {

@@ -53,13 +53,13 @@ func TestEpoch(t *testing.T) {
 
 	// The owner (with the empty auth every Borough machine has) removes
 	// the counter and defines it again: it comes back no lower.
-	name, err := tp.epochName()
+	name, _, err := tp.counterName(EpochCounter)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = tpm2.NVUndefineSpace{
 		AuthHandle: tpm2.AuthHandle{Handle: tpm2.TPMRHOwner, Auth: tpm2.PasswordAuth(nil)},
-		NVIndex:    tpm2.NamedHandle{Handle: epochIndex, Name: name},
+		NVIndex:    tpm2.NamedHandle{Handle: tpm2.TPMHandle(EpochCounter), Name: name},
 	}.Execute(tp.t)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestEpoch(t *testing.T) {
 // counter's number is not taken for the counter.
 func TestEpochIndexTaken(t *testing.T) {
 	tp := newTPM(t, 1)
-	pub := epochPublic(false)
+	pub := counterPublic(EpochCounter, false)
 	pub.Attributes.NT = tpm2.TPMNTOrdinary
 	_, err := tpm2.NVDefineSpace{
 		AuthHandle: tpm2.AuthHandle{Handle: tpm2.TPMRHOwner, Auth: tpm2.PasswordAuth(nil)},
@@ -88,4 +88,29 @@ func TestEpochIndexTaken(t *testing.T) {
 	if _, err := tp.Epoch(); err == nil || !strings.Contains(err.Error(), "another program uses it") {
 		t.Errorf("Epoch with the index taken = %v, want a refusal", err)
 	}
+}
+
+// TestCounters: the ledger's counter is defined on first use (and says
+// so), counts on its own, and moving it leaves the epoch, and so every
+// seal, alone.
+func TestCounters(t *testing.T) {
+	tp := newTPM(t, 1)
+	epoch, err := tp.Epoch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, defined, err := tp.Count(LedgerCounter)
+	if err != nil || !defined || first == 0 {
+		t.Fatalf("Count of a new counter = %d, %v, %v; want a value, defined", first, defined, err)
+	}
+	if again, defined, err := tp.Count(LedgerCounter); err != nil || defined || again != first {
+		t.Fatalf("Count again = %d, %v, %v; want %d, not defined again", again, defined, err, first)
+	}
+	if next, err := tp.Increment(LedgerCounter); err != nil || next != first+1 {
+		t.Fatalf("Increment = %d, %v; want %d", next, err, first+1)
+	}
+	if now, err := tp.Epoch(); err != nil || now != epoch {
+		t.Errorf("Epoch after the ledger counter moved = %d, %v; want %d", now, err, epoch)
+	}
+	checkNoHandles(t, tp)
 }

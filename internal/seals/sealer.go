@@ -1,10 +1,9 @@
-package clusterkey
+package seals
 
 import (
 	"errors"
 
 	"github.com/borough-os/borough/internal/keyfile"
-	"github.com/borough-os/borough/internal/seals"
 )
 
 // Sealer seals the node's secrets to its TPM, in the key file format, or
@@ -12,7 +11,7 @@ import (
 type Sealer struct {
 	// Book seals to the node's TPM and remembers the secrets for an
 	// update (package seals); nil for no TPM (or a disabled one).
-	Book *seals.Book
+	Book *Book
 }
 
 // Seal returns secret as the key file at path.

@@ -1,0 +1,372 @@
+// Package espledger authenticates the node's state on its ESP, which
+// anyone who can write the disk while the machine is off can edit: the
+// copies of the cluster CA, the node's certificate and the CRL that let it
+// answer its peers before its data volume opens, its escrow, its node
+// state record and its member directory.
+//
+// The ledger (esp.Ledger) lists the SHA-256 of each of those files under
+// an HMAC whose key is sealed to the TPM (esp.LedgerKey, package seals),
+// so that only this node, in the boot it sealed the key to, can write
+// one; and it carries the count of its writes, which must match a
+// monotonic counter in the TPM's NV memory (tpm.LedgerCounter). A file
+// edited, swapped or deleted no longer matches the ledger; an older copy
+// of a file, or of the ledger with the files it listed, put back from
+// freed FAT clusters or an earlier copy of the disk, no longer matches the
+// counter. Read refuses such a file by name, with the reason, and the
+// caller uses the authentic copy it has (the data volume's, or the
+// running member's) or fails closed; the ledger never changes a file on
+// its own.
+//
+// A write is crash-safe: the ledger first lists the file's old and new
+// contents as both acceptable, then the file is replaced, then the ledger
+// lists the new contents alone. Each ledger write is counted before the
+// counter moves (count = counter + 1 is accepted once, and settled), so a
+// power cut at any step leaves a ledger and files that agree.
+//
+// Without a TPM nothing on the ESP can be authenticated (a key kept in
+// clear there is the attacker's too): Unauthenticated reads and writes
+// the files as they are, and the node says so at every boot.
+//
+// The ledger is written here rather than taken from a library: what it
+// needs is a few lines of the standard library's HMAC and SHA-256 around
+// the TPM counter and key seal Borough already has, and none of the
+// anchors keeps state where an offline attacker can write it.
+package espledger
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/seals"
+	"github.com/borough-os/borough/internal/tpm"
+)
+
+// Covered are the files the ledger authenticates, the ones a node that
+// first keeps a ledger adopts as they are.
+var Covered = []esp.File{
+	esp.UnlockCert, esp.UnlockCA, esp.UnlockCRL, esp.CUKEscrow, esp.OwnerRecovery,
+	esp.NodeState, esp.MemberDirectory,
+}
+
+// version is the ledger format's version.
+const version = 1
+
+// absent stands, in an entry, for the file not being there.
+const absent = "absent"
+
+// manifest is the ledger as the ESP holds it.
+type manifest struct {
+	Version int    `json:"version"`
+	Count   uint64 `json:"count"`
+	// Files maps each file to the contents it may have: the SHA-256 (hex)
+	// or absent; two while a write is under way.
+	Files map[esp.File][]string `json:"files"`
+	MAC   []byte                `json:"mac,omitempty"`
+}
+
+// Ledger reads and writes the node's covered ESP files, checking each
+// against the ledger. Its methods are safe for concurrent use.
+type Ledger struct {
+	root    string
+	log     *slog.Logger
+	key     []byte
+	counter *tpm.TPM
+
+	mu sync.Mutex
+	m  manifest
+	// refused says why the ledger on the ESP was not taken, if it was
+	// not: every covered file there is refused until it is written again.
+	refused error
+}
+
+// Unauthenticated returns a ledger that checks nothing, for a node
+// without a TPM in use.
+func Unauthenticated(root string, log *slog.Logger) *Ledger {
+	return &Ledger{root: root, log: log}
+}
+
+// Refusing returns a ledger that refuses every covered file there is and
+// writes none, for a node whose ledger could not be opened (why): its
+// key did not unseal, so this boot is not one the node trusts.
+func Refusing(root string, why error) *Ledger {
+	return &Ledger{root: root, key: []byte{}, refused: why}
+}
+
+// Open opens the ledger of the ESP at root, unsealing its key with s or
+// making one if there is none. A ledger that is missing, forged or older
+// than the TPM's counter is not an error: every covered file is then
+// refused (Refused says why) until the node writes it again. A node that
+// never kept a ledger (its TPM has no ledger counter) adopts its covered
+// files as they are, once, and says so: a node updated from a Borough
+// without a ledger, or an attacker who can run code of their own against
+// the TPM's owner hierarchy (no Secure Boot) to undefine the counter. A
+// power cut between defining the counter and writing the first ledger
+// refuses the files the node had, which only a node updated from a
+// Borough without a ledger has. Call it before the PCRs are capped.
+func Open(root string, s *seals.Sealer, log *slog.Logger) (*Ledger, error) {
+	if s.Book == nil {
+		return nil, errors.New("opening the ESP ledger: no TPM in use")
+	}
+	l := &Ledger{root: root, log: log, counter: s.Book.TPM}
+	if err := l.openKey(s); err != nil {
+		return nil, err
+	}
+	count, first, err := l.counter.Count(tpm.LedgerCounter)
+	if err != nil {
+		return nil, fmt.Errorf("opening the ESP ledger: %w", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, err := l.readManifest(count)
+	switch {
+	case err == nil:
+		l.m = *m
+		if m.Count == count {
+			return l, nil
+		}
+		// A write counted, and cut by a power loss before the counter moved.
+		return l, l.settle()
+	case errors.Is(err, os.ErrNotExist) && first:
+		log.Warn("no ledger of the ESP's state yet: adopting the files there as they are", "files", len(Covered))
+		l.m = l.adopt()
+	default:
+		l.refused = err
+		log.Error("refusing every file the ESP's ledger covers until the node writes it again", "ledger", esp.Ledger, "err", err)
+		l.m = manifest{Version: version, Files: map[esp.File][]string{}}
+	}
+	l.m.Count = count
+	return l, l.commit()
+}
+
+// openKey unseals the ledger's key, or makes and seals one if the ESP has
+// none. A new key makes every ledger before it fail its MAC.
+func (l *Ledger) openKey(s *seals.Sealer) error {
+	path := esp.LedgerKey.In(l.root)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if l.key, err = s.Unseal(path, b); err != nil {
+			return fmt.Errorf("unsealing the ESP ledger's key %s: %w", esp.LedgerKey, err)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reading the ESP ledger's key: %w", err)
+	}
+	l.key = make([]byte, 32)
+	rand.Read(l.key)
+	sealed, err := s.Seal(path, l.key)
+	if err != nil {
+		return fmt.Errorf("sealing the ESP ledger's key: %w", err)
+	}
+	if err := atomicfile.Write(path, sealed, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", esp.LedgerKey, err)
+	}
+	return nil
+}
+
+// readManifest reads and checks the ledger against its MAC and the TPM's
+// count.
+func (l *Ledger) readManifest(count uint64) (*manifest, error) {
+	b, err := os.ReadFile(esp.Ledger.In(l.root))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s is missing, and this node keeps one: %w", esp.Ledger, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", esp.Ledger, err)
+	}
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s does not parse: %w", esp.Ledger, err)
+	}
+	if !hmac.Equal(m.MAC, l.mac(&m)) {
+		return nil, fmt.Errorf("%s is not this node's: its MAC does not match", esp.Ledger)
+	}
+	if m.Version != version {
+		return nil, fmt.Errorf("%s has version %d, this node reads %d", esp.Ledger, m.Version, version)
+	}
+	if m.Count != count && m.Count != count+1 {
+		return nil, fmt.Errorf("%s is an older copy put back: it counts %d writes, the TPM %d", esp.Ledger, m.Count, count)
+	}
+	return &m, nil
+}
+
+// adopt lists the covered files as they are.
+func (l *Ledger) adopt() manifest {
+	m := manifest{Version: version, Files: map[esp.File][]string{}}
+	for _, f := range Covered {
+		if state, err := l.state(f); err == nil && state != absent {
+			m.Files[f] = []string{state}
+		}
+	}
+	return m
+}
+
+// mac is the MAC of m, without its MAC field.
+func (l *Ledger) mac(m *manifest) []byte {
+	c := *m
+	c.MAC = nil
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // a struct of strings and numbers always marshals
+	}
+	h := hmac.New(sha256.New, l.key)
+	h.Write(b)
+	return h.Sum(nil)
+}
+
+// commit writes the ledger with the next count, then moves the counter
+// to it.
+func (l *Ledger) commit() error {
+	l.m.Count++
+	l.m.MAC = l.mac(&l.m)
+	b, err := json.Marshal(l.m)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(esp.Ledger.In(l.root), b, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", esp.Ledger, err)
+	}
+	return l.settle()
+}
+
+// settle moves the TPM's counter to the ledger's count.
+func (l *Ledger) settle() error {
+	now, err := l.counter.Increment(tpm.LedgerCounter)
+	if err != nil {
+		return fmt.Errorf("counting a write of %s: %w", esp.Ledger, err)
+	}
+	if now != l.m.Count {
+		return fmt.Errorf("counting a write of %s: the TPM's counter is at %d, the ledger at %d", esp.Ledger, now, l.m.Count)
+	}
+	return nil
+}
+
+// state is what the ledger lists for f as it is on the ESP.
+func (l *Ledger) state(f esp.File) (string, error) {
+	b, err := os.ReadFile(f.In(l.root))
+	if errors.Is(err, os.ErrNotExist) {
+		return absent, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return digest(b), nil
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Refused is the error of a covered file that does not match the ledger.
+type Refused struct {
+	File   esp.File
+	Reason string
+}
+
+func (e *Refused) Error() string {
+	return fmt.Sprintf("refusing %s: %s", e.File, e.Reason)
+}
+
+// Refused says why the ledger on the ESP was not taken at Open, if it
+// was not.
+func (l *Ledger) Refused() error {
+	return l.refused
+}
+
+// Read returns f's contents if they match the ledger. A file the ledger
+// lists as absent, or does not list and is not there, is os.ErrNotExist;
+// a file that does not match is a *Refused.
+func (l *Ledger) Read(f esp.File) ([]byte, error) {
+	b, err := os.ReadFile(f.In(l.root))
+	if l.key == nil || (err != nil && !errors.Is(err, os.ErrNotExist)) {
+		return b, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ok, listed := l.m.Files[f]
+	switch {
+	case err != nil && (!listed || slices.Contains(ok, absent)):
+		return nil, err
+	case err != nil:
+		return nil, &Refused{File: f, Reason: "the ledger lists it, and it was deleted"}
+	case !listed && l.refused != nil:
+		return nil, &Refused{File: f, Reason: "the ESP's ledger was refused (" + l.refused.Error() + ")"}
+	case !listed:
+		return nil, &Refused{File: f, Reason: "the ledger does not list it: it was put there by someone else"}
+	case !slices.Contains(ok, digest(b)):
+		return nil, &Refused{File: f, Reason: "its contents are not the ones the ledger lists: it was edited, or an older copy put back"}
+	}
+	return b, nil
+}
+
+// Write replaces each file in files with its contents, or removes it if
+// they are nil, and lists the new contents in the ledger. Files already
+// as given cost nothing: the ledger is not written.
+func (l *Ledger) Write(files map[esp.File][]byte) error {
+	switch {
+	case l.key == nil:
+		return writeFiles(l.root, files)
+	case l.counter == nil:
+		return fmt.Errorf("not writing %d files on the ESP: %w", len(files), l.refused)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	changed := map[esp.File][]byte{}
+	next := map[esp.File]string{}
+	for f, b := range files {
+		want := absent
+		if b != nil {
+			want = digest(b)
+		}
+		if now, err := l.state(f); err == nil && now == want && slices.Equal(l.m.Files[f], []string{want}) {
+			continue
+		}
+		changed[f], next[f] = b, want
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	for f, want := range next {
+		if !slices.Contains(l.m.Files[f], want) {
+			l.m.Files[f] = append(slices.Clone(l.m.Files[f]), want)
+		}
+	}
+	if err := l.commit(); err != nil {
+		return err
+	}
+	if err := writeFiles(l.root, changed); err != nil {
+		return err
+	}
+	for f, want := range next {
+		l.m.Files[f] = []string{want}
+	}
+	return l.commit()
+}
+
+// writeFiles writes or removes each file, durably.
+func writeFiles(root string, files map[esp.File][]byte) error {
+	for f, b := range files {
+		var err error
+		if b == nil {
+			err = atomicfile.Remove(f.In(root))
+		} else {
+			err = atomicfile.Update(f.In(root), b, 0o600)
+		}
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", f, err)
+		}
+	}
+	return nil
+}

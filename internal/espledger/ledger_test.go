@@ -1,0 +1,272 @@
+package espledger
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-tpm-tools/simulator"
+	"github.com/google/go-tpm/tpm2/transport"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/seals"
+	"github.com/borough-os/borough/internal/tpm"
+)
+
+// node is one machine: a simulated TPM and an ESP directory.
+type node struct {
+	root string
+	tpm  *tpm.TPM
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	sim, err := simulator.GetWithFixedSeedInsecure(7)
+	if err != nil {
+		t.Fatalf("starting the TPM simulator: %v", err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	return &node{root: t.TempDir(), tpm: tpm.New(transport.FromReadWriteCloser(sim))}
+}
+
+// boot opens the ledger as a boot of the node does, with a new book.
+func (n *node) boot(t *testing.T) *Ledger {
+	t.Helper()
+	epoch, err := n.tpm.Epoch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(n.root, &seals.Sealer{Book: &seals.Book{TPM: n.tpm, Epoch: epoch}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return l
+}
+
+func (n *node) read(t *testing.T, f esp.File) []byte {
+	t.Helper()
+	b, err := os.ReadFile(f.In(n.root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (n *node) put(t *testing.T, f esp.File, b []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(f.In(n.root)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b == nil {
+		if err := os.Remove(f.In(n.root)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := os.WriteFile(f.In(n.root), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var (
+	crlV1 = []byte("CRL number 1")
+	crlV2 = []byte("CRL number 2: node2 revoked")
+	caPEM = []byte("the cluster CA")
+)
+
+// TestAttacks plays an attacker who can write the ESP while the node is
+// off: each edit is refused by name at the next boot, with its reason,
+// and the files the attacker did not touch still read.
+func TestAttacks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// attack edits the ESP; old is what the ESP held before the last
+		// write (its files and ledger), as freed clusters or an earlier
+		// copy of the disk keep them.
+		attack func(t *testing.T, n *node, old map[esp.File][]byte)
+		// refused is the file that must be refused, with want in its
+		// error; untouched must still read.
+		refused, untouched esp.File
+		want               string
+	}{
+		{"file edited", func(t *testing.T, n *node, _ map[esp.File][]byte) {
+			n.put(t, esp.UnlockCRL, []byte("CRL number 9: nobody revoked"))
+		}, esp.UnlockCRL, esp.UnlockCA, "not the ones the ledger lists"},
+		{"older file put back", func(t *testing.T, n *node, old map[esp.File][]byte) {
+			n.put(t, esp.UnlockCRL, old[esp.UnlockCRL])
+		}, esp.UnlockCRL, esp.UnlockCA, "an older copy put back"},
+		{"older file and ledger put back", func(t *testing.T, n *node, old map[esp.File][]byte) {
+			n.put(t, esp.UnlockCRL, old[esp.UnlockCRL])
+			n.put(t, esp.Ledger, old[esp.Ledger])
+		}, esp.UnlockCRL, "", "older copy put back: it counts"},
+		{"files swapped", func(t *testing.T, n *node, _ map[esp.File][]byte) {
+			n.put(t, esp.UnlockCRL, caPEM)
+		}, esp.UnlockCRL, esp.UnlockCA, "not the ones the ledger lists"},
+		{"file deleted", func(t *testing.T, n *node, _ map[esp.File][]byte) {
+			n.put(t, esp.UnlockCRL, nil)
+		}, esp.UnlockCRL, esp.UnlockCA, "it was deleted"},
+		{"file added", func(t *testing.T, n *node, _ map[esp.File][]byte) {
+			n.put(t, esp.MemberDirectory, []byte(`{"members":{"evil":["https://10.0.0.66:2380"]}}`))
+		}, esp.MemberDirectory, esp.UnlockCRL, "does not list it"},
+		{"ledger bit-flipped", func(t *testing.T, n *node, _ map[esp.File][]byte) {
+			b := n.read(t, esp.Ledger)
+			b[len(b)/2] ^= 1
+			n.put(t, esp.Ledger, b)
+		}, esp.UnlockCRL, "", "esp.Ledger"},
+		{"ledger truncated", func(t *testing.T, n *node, _ map[esp.File][]byte) {
+			b := n.read(t, esp.Ledger)
+			n.put(t, esp.Ledger, b[:len(b)-9])
+		}, esp.UnlockCRL, "", "does not parse"},
+		{"ledger forged with another key", func(t *testing.T, n *node, _ map[esp.File][]byte) {
+			forged := &Ledger{key: []byte("the attacker's key")}
+			m := manifest{Version: version, Count: 99, Files: map[esp.File][]string{esp.UnlockCRL: {digest(crlV1)}}}
+			m.MAC = forged.mac(&m)
+			b, _ := json.Marshal(m)
+			n.put(t, esp.Ledger, b)
+			n.put(t, esp.UnlockCRL, crlV1)
+		}, esp.UnlockCRL, "", "its MAC does not match"},
+		{"ledger deleted", func(t *testing.T, n *node, _ map[esp.File][]byte) {
+			n.put(t, esp.Ledger, nil)
+		}, esp.UnlockCA, "", "is missing, and this node keeps one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			l := n.boot(t)
+			write(t, l, map[esp.File][]byte{esp.UnlockCA: caPEM, esp.UnlockCRL: crlV1})
+			old := map[esp.File][]byte{esp.UnlockCRL: n.read(t, esp.UnlockCRL), esp.Ledger: n.read(t, esp.Ledger)}
+			write(t, l, map[esp.File][]byte{esp.UnlockCRL: crlV2})
+			tc.attack(t, n, old)
+
+			l = n.boot(t)
+			_, err := l.Read(tc.refused)
+			var r *Refused
+			if !errors.As(err, &r) || r.File != tc.refused {
+				t.Fatalf("Read(%s) after the attack = %v, want it refused", tc.refused, err)
+			}
+			if want := strings.ReplaceAll(tc.want, "esp.Ledger", string(esp.Ledger)); !strings.Contains(err.Error(), want) {
+				t.Errorf("Read(%s) = %v, want the reason %q", tc.refused, err, want)
+			}
+			if tc.untouched != "" {
+				if _, err := l.Read(tc.untouched); err != nil {
+					t.Errorf("Read(%s), which the attacker did not touch = %v", tc.untouched, err)
+				}
+			}
+			// The node writes the file again from an authentic copy: it
+			// reads from then on, at this boot and the next.
+			write(t, l, map[esp.File][]byte{tc.refused: crlV2})
+			for range 2 {
+				if b, err := l.Read(tc.refused); err != nil || string(b) != string(crlV2) {
+					t.Errorf("Read(%s) after the node wrote it = %q, %v", tc.refused, b, err)
+				}
+				l = n.boot(t)
+			}
+		})
+	}
+}
+
+func write(t *testing.T, l *Ledger, files map[esp.File][]byte) {
+	t.Helper()
+	if err := l.Write(files); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+}
+
+// TestPowerCut: a power cut at each step of a write leaves a ledger and
+// files that agree: the file reads, old or new, and the next write works.
+func TestPowerCut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// cut leaves the ESP as a power cut during a write of crlV2
+		// over crlV1 would.
+		cut  func(t *testing.T, n *node, l *Ledger)
+		want []byte
+	}{
+		{"after the ledger listed both, before the counter moved", func(t *testing.T, n *node, l *Ledger) {
+			l.m.Files[esp.UnlockCRL] = append(l.m.Files[esp.UnlockCRL], digest(crlV2))
+			l.m.Count++
+			l.m.MAC = l.mac(&l.m)
+			b, _ := json.Marshal(l.m)
+			n.put(t, esp.Ledger, b)
+		}, crlV1},
+		{"after the file was written, before the ledger listed it alone", func(t *testing.T, n *node, l *Ledger) {
+			l.m.Files[esp.UnlockCRL] = append(l.m.Files[esp.UnlockCRL], digest(crlV2))
+			if err := l.commit(); err != nil {
+				t.Fatal(err)
+			}
+			n.put(t, esp.UnlockCRL, crlV2)
+		}, crlV2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			l := n.boot(t)
+			write(t, l, map[esp.File][]byte{esp.UnlockCRL: crlV1})
+			tc.cut(t, n, l)
+			l = n.boot(t)
+			if b, err := l.Read(esp.UnlockCRL); err != nil || string(b) != string(tc.want) {
+				t.Fatalf("Read after the cut = %q, %v; want %q", b, err, tc.want)
+			}
+			write(t, l, map[esp.File][]byte{esp.UnlockCRL: crlV2})
+			l = n.boot(t)
+			if b, err := l.Read(esp.UnlockCRL); err != nil || string(b) != string(crlV2) {
+				t.Fatalf("Read after the next write = %q, %v", b, err)
+			}
+		})
+	}
+}
+
+// TestAdopt: a node that kept no ledger (updated from a Borough without
+// one) adopts its files once; a file removed through the ledger stays
+// absent, and one put back is refused.
+func TestAdopt(t *testing.T) {
+	n := newNode(t)
+	n.put(t, esp.NodeState, []byte(`{"cluster":"c","node":"n1"}`))
+	l := n.boot(t)
+	if _, err := l.Read(esp.NodeState); err != nil {
+		t.Fatalf("Read of an adopted file: %v", err)
+	}
+	write(t, l, map[esp.File][]byte{esp.NodeState: nil})
+	l = n.boot(t)
+	if _, err := l.Read(esp.NodeState); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Read of a removed file = %v, want it absent", err)
+	}
+	n.put(t, esp.NodeState, []byte(`{"cluster":"c","node":"n1"}`))
+	var r *Refused
+	if _, err := l.Read(esp.NodeState); !errors.As(err, &r) {
+		t.Errorf("Read of a removed file put back = %v, want it refused", err)
+	}
+}
+
+// TestWriteUnchanged: writing what a file already holds does not count a
+// write, so that callers may write on every change they might have.
+func TestWriteUnchanged(t *testing.T) {
+	n := newNode(t)
+	l := n.boot(t)
+	write(t, l, map[esp.File][]byte{esp.UnlockCA: caPEM})
+	before, _, err := n.tpm.Count(tpm.LedgerCounter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, l, map[esp.File][]byte{esp.UnlockCA: caPEM})
+	if after, _, err := n.tpm.Count(tpm.LedgerCounter); err != nil || after != before {
+		t.Errorf("counter after an unchanged write = %d, %v; want %d", after, err, before)
+	}
+}
+
+// TestUnauthenticated: without a TPM the files are read and written as
+// they are.
+func TestUnauthenticated(t *testing.T) {
+	n := &node{root: t.TempDir()}
+	l := Unauthenticated(n.root, slog.New(slog.DiscardHandler))
+	write(t, l, map[esp.File][]byte{esp.UnlockCRL: crlV1})
+	n.put(t, esp.UnlockCRL, crlV2)
+	if b, err := l.Read(esp.UnlockCRL); err != nil || string(b) != string(crlV2) {
+		t.Errorf("Read = %q, %v", b, err)
+	}
+	if _, err := os.Stat(esp.Ledger.In(n.root)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an unauthenticated ledger wrote %s: %v", esp.Ledger, err)
+	}
+}
