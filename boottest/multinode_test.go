@@ -3,6 +3,7 @@
 package boottest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -582,17 +583,20 @@ func (m *multi) crashWhileJoining(t *testing.T) {
 			// its unlock key: its peers refuse it the shares when it boots
 			// again, and it stays locked, saying why.
 			off := step == cluster.JoinAdmitted
+			var holderCopy map[esp.File][]byte
 			if off {
 				awaitEscrow(t, n)
 				if err := n.VM.PowerOff(powerTimeout); err != nil {
 					t.Fatal(err)
 				}
+				holderCopy = espCopy(t, m.c.Nodes[1], esp.UnlockCRL, esp.Ledger)
 			}
 			out := cli(t, "--config", m.config, "node", "remove", m.c.Nodes[0].Endpoint(), n.Name, "--fingerprint", m.c.Fingerprint)
 			if !strings.Contains(out, "removed member "+n.Name) {
 				t.Errorf("borough node remove printed:\n%s", out)
 			}
 			if off {
+				m.olderCRL(t, m.c.Nodes[1], holderCopy)
 				before := dataHash(t, n.Disk())
 				if err := m.c.Start(context.Background(), n, cfg); err != nil {
 					t.Fatal(err)
@@ -644,6 +648,69 @@ func (m *multi) oldSealedKey(t *testing.T, n *multinode.Node, cfg string, sealed
 		"borough: unlock: asking peers for the cluster unlock key")
 	if err := m.c.WaitRunning(n); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// espCopy reads files from the ESP of n, running: an attacker's copy of
+// them. They are written durably when they change, and none changes
+// while the membership stays; a read that meets a write under way is
+// tried again.
+func espCopy(t *testing.T, n *multinode.Node, files ...esp.File) map[esp.File][]byte {
+	t.Helper()
+	out := map[esp.File][]byte{}
+	for _, f := range files {
+		var err error
+		for range 5 {
+			if out[f], err = exec.Command("mtype", "-i", espTarget(t, n.Disk()), "::/"+string(f)).Output(); err == nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		if err != nil {
+			t.Fatalf("reading %s from node%d's ESP: %v", f, n.Index+1, err)
+		}
+	}
+	return out
+}
+
+// awaitESP waits until file f on n's ESP, running, is no longer old.
+func awaitESP(t *testing.T, n *multinode.Node, f esp.File, old []byte) []byte {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		if b := espCopy(t, n, f)[f]; !bytes.Equal(b, old) {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on node%d's ESP did not change within a minute", f, n.Index+1)
+		}
+	}
+}
+
+// olderCRL plays test (d) of the offline attacker on h, a holder of the
+// removed node's shares: its CRL copy and ledger from before the removal,
+// put back while h is off, are refused as an older ledger's (h answers no
+// share request until its member runs), h unlocks with its own older
+// files and runs, and its member writes the latest CRL back.
+func (m *multi) olderCRL(t *testing.T, h *multinode.Node, older map[esp.File][]byte) {
+	t.Helper()
+	latest := awaitESP(t, h, esp.UnlockCRL, older[esp.UnlockCRL])
+	if err := h.VM.PowerOff(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+	for f, b := range older {
+		writeESPFile(t, h.Disk(), f, b)
+	}
+	if err := m.c.Restart(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, h.VM, bootTimeout, "the ESP's files are this node's own, from an earlier state",
+		"no verified revocation list on the ESP: refusing share requests until the member runs",
+		"refusing "+string(esp.UnlockCRL)+": only an older copy of the ledger, put back, lists it")
+	if err := m.c.WaitRunning(h); err != nil {
+		t.Fatal(err)
+	}
+	if got := awaitESP(t, h, esp.UnlockCRL, older[esp.UnlockCRL]); !bytes.Equal(got, latest) {
+		t.Errorf("the holder's member wrote back a CRL of %d bytes, not the latest of %d", len(got), len(latest))
 	}
 }
 

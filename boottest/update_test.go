@@ -132,6 +132,22 @@ func TestUpdate(t *testing.T) {
 		contains(t, "a downgrade", cliFails(t, "--config", config, "update", api, v1),
 			"version 1.0.0 is older than the running 1.1.0: a downgrade needs the owner's statement for it")
 	})
+
+	// Someone who writes the disk while the node is off forges the update
+	// record into a try boot that never confirms: the node arms the
+	// watchdog on its word, the ESP's ledger refuses it, and the node
+	// disarms the watchdog and runs its confirmed version.
+	t.Run("forged update record", func(t *testing.T) {
+		powerOff(t, vm)
+		writeESPFile(t, opts.Image, esp.UpdateRecord, []byte(`{"version": 1, "state": "trying", "slot": "B", "from": "A",
+			"new_version": "1.1.0", "old_version": "1.0.0"}`))
+		vm = boot(parent, opts)
+		expect(t, vm, bootTimeout, "borough: update: boot slot B version=1.1.0 boot=\"try boot\"", "try boot: watchdog armed",
+			"refusing the update record: this boot is a normal one", running)
+		if strings.Contains(vm.Console(), "update confirmed") {
+			t.Error("the node confirmed an update on a forged record's word")
+		}
+	})
 	powerOff(t, vm)
 }
 

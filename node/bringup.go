@@ -92,6 +92,7 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	b.updates.useSeals(book)
 	sealer := &seals.Sealer{Book: book}
 	ledger := openLedger(log, sealer)
+	b.updates.useLedger(ledger)
 	keys := clusterKeys(ctx, log, sealer, ledger, policy)
 	if err := st.MountData(storage.Config{
 		TPM:         t,
@@ -106,6 +107,9 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	tl.Mark(timeline.Storage)
 	if enrol, err = confirmEnrolment(log, enrol, policy); err != nil {
 		return nil, err
+	}
+	if err := ledger.Confirm(storage.DataRoot); err != nil {
+		return nil, fmt.Errorf("checking the ESP ledger's key against the data volume: %w", err)
 	}
 	current.Store(enrol)
 	keys.OwnerRecovery = enrol.OwnerRecovery

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/efivar"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/measure"
 	"github.com/borough-os/borough/internal/payload"
 	"github.com/borough-os/borough/internal/seals"
@@ -42,6 +44,9 @@ type updater struct {
 	dog     *watchdog.Dog
 	// seals seals the node's keys to its TPM; nil without one in use.
 	seals *seals.Book
+	// ledger keeps the update record, once bringUp has opened it; nil
+	// until then (package espledger).
+	ledger *espledger.Ledger
 
 	mu      sync.Mutex
 	rec     *update.Record
@@ -50,7 +55,10 @@ type updater struct {
 
 // startUpdates finds out what this boot is: a normal one, an update's try
 // boot (which arms the watchdog), or the old slot after a try boot that
-// failed (which it records).
+// failed. It reads the update record before the ESP's ledger can check
+// it, so that a try boot that hangs early is reset: a forged record arms
+// no more than the watchdog, which useLedger disarms once the ledger
+// refuses the record.
 func startUpdates(log *slog.Logger, st *storage.Storage) *updater {
 	u := &updater{log: log, st: st}
 	slot, err := update.Booted(efivar.Dir)
@@ -64,22 +72,44 @@ func startUpdates(log *slog.Logger, st *storage.Storage) *updater {
 	if sha, err := os.ReadFile("/" + payload.Hash); err == nil {
 		u.running.PayloadSHA = strings.TrimSpace(string(sha))
 	}
-	if u.rec, err = update.ReadRecord(storage.ESPRoot); err != nil {
+	if u.rec, err = update.ReadRecord(espledger.Unauthenticated(storage.ESPRoot, log)); err != nil {
 		log.Warn("ignoring the update record", "err", err)
 	}
 	u.outcome = update.Decide(u.rec, slot)
 	log.Info("boot slot "+string(slot), "version", u.running.Version, "boot", string(u.outcome))
-	switch u.outcome {
-	case update.RollBack:
-		log.Warn(fmt.Sprintf("the update to %s in slot %s did not confirm itself: rolled back to %s in slot %s",
-			u.rec.NewVersion, u.rec.Slot, u.running.Version, slot))
-		if err := update.RecordRollBack(storage.ESPRoot, u.rec); err != nil {
-			log.Warn("recording the rollback", "err", err)
-		}
-	case update.TryBoot:
+	if u.outcome == update.TryBoot {
 		u.armWatchdog()
 	}
 	return u
+}
+
+// useLedger checks the update record against the ESP's ledger, once
+// bringUp has opened it: a record the ledger refuses counts as none (and
+// a watchdog armed on its word is disarmed). It then records a rollback,
+// and keeps the ledger for the records to come.
+func (u *updater) useLedger(l *espledger.Ledger) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.ledger = l
+	rec, err := update.ReadRecord(l)
+	if err != nil {
+		u.log.Error("refusing the update record: this boot is a normal one", "err", err)
+		rec = nil
+	}
+	u.rec, u.outcome = rec, update.Decide(rec, u.running.Slot)
+	if u.dog != nil && u.outcome != update.TryBoot {
+		if err := u.dog.Disarm(); err != nil {
+			u.log.Warn("disarming the watchdog", "err", err)
+		}
+		u.dog = nil
+	}
+	if u.outcome == update.RollBack {
+		u.log.Warn(fmt.Sprintf("the update to %s in slot %s did not confirm itself: rolled back to %s in slot %s",
+			rec.NewVersion, rec.Slot, u.running.Version, u.running.Slot))
+		if err := update.RecordRollBack(l, rec); err != nil {
+			u.log.Warn("recording the rollback", "err", err)
+		}
+	}
 }
 
 func (u *updater) armWatchdog() {
@@ -114,7 +144,7 @@ func (u *updater) confirmService(mgr *cluster.Manager) *supervisor.Service {
 			case <-time.After(time.Second):
 			}
 		}
-		if err := update.Confirm(efivar.Dir, storage.ESPRoot, u.rec); err != nil {
+		if err := update.Confirm(efivar.Dir, u.ledger, u.rec); err != nil {
 			return supervisor.Fatal(fmt.Errorf("confirming the update: %w", err))
 		}
 		u.settle(log)
@@ -139,11 +169,14 @@ func (u *updater) install(req *nodepb.UpdateRequest, owner *x509.Certificate) (*
 	if u.outcome == update.TryBoot {
 		return nil, fmt.Errorf("this boot is the try boot of %s, not confirmed yet", u.rec.NewVersion)
 	}
+	if u.ledger == nil {
+		return nil, errors.New("the node has not opened its ESP's ledger, which keeps the update record: it takes no update before its storage")
+	}
 	part, err := u.st.Disk.ESPPartition()
 	if err != nil {
 		return nil, err
 	}
-	rec, err := update.Install(storage.ESPRoot, u.running,
+	rec, err := update.Install(storage.ESPRoot, u.ledger, u.running,
 		update.Update{BootBinary: req.GetBootBinary(), Payload: req.GetPayload(), Release: req.GetRelease()}, owner)
 	if err != nil {
 		return nil, err

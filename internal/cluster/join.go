@@ -29,7 +29,10 @@ import (
 // join (its ESP record says so, or is damaged) has nothing to check. A
 // node whose ESP record says the cluster removed it fails here, before
 // it asks its peers for its unlock key. Unreachable
-// endpoints are retried until ctx ends.
+// endpoints are retried until ctx ends. It reads the ESP's record before
+// the ESP's ledger can check it (nothing is unsealed yet): what it finds
+// there only ever stops the node or skips a check the later boot steps
+// make with the checked record, never grants anything.
 func (mg *Manager) Preflight(ctx context.Context, espRoot string, e *enrolment.Enrolment) error {
 	rec, err := readRecord(esp.NodeState.In(espRoot))
 	switch {

@@ -36,7 +36,10 @@ type Keeper struct {
 	ESPRoot string
 	// Ledger reads and writes the ESP's files that carry authority
 	// (package espledger): the CA, certificate and CRL copies, the
-	// escrow, the node state record and the member directory.
+	// escrow, the node state record and the member directory. The CRL
+	// must be the latest the node wrote; the others may be older copies
+	// of its own (ReadOwn), which let it ask for its key and grant
+	// nothing a newer one would not.
 	Ledger *espledger.Ledger
 	// Local keeps the CUK sealed on the ESP.
 	Local  storage.Escrow
@@ -97,14 +100,14 @@ func (k *Keeper) Boot(ctx context.Context) {
 
 // readIdentity reads the node's identity from the ESP; nil if it has none.
 func (k *Keeper) readIdentity() (*unlock.Identity, error) {
-	certPEM, err := k.Ledger.Read(esp.UnlockCert)
+	certPEM, err := k.Ledger.ReadOwn(esp.UnlockCert)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	caPEM, err := k.Ledger.Read(esp.UnlockCA)
+	caPEM, err := k.Ledger.ReadOwn(esp.UnlockCA)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +283,7 @@ func (k *Keeper) remember(cuk []byte) {
 
 // readEscrow reads the escrow on the ESP.
 func readEscrow(l *espledger.Ledger) (*escrow.Escrow, error) {
-	b, err := l.Read(esp.CUKEscrow)
+	b, err := l.ReadOwn(esp.CUKEscrow)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no cluster unlock key: neither sealed on the ESP (%s) nor escrowed with the peers (%s)",
 			esp.ClusterKeyEscrow, esp.CUKEscrow)
@@ -306,7 +309,7 @@ type record struct {
 }
 
 func readRecord(l *espledger.Ledger) (*record, error) {
-	b, err := l.Read(esp.NodeState)
+	b, err := l.ReadOwn(esp.NodeState)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +326,7 @@ func readRecord(l *espledger.Ledger) (*record, error) {
 // peerAddresses returns the unlock responders of the members in the ESP's
 // member directory (internal/cluster writes it), by node name.
 func peerAddresses(l *espledger.Ledger) (map[string]string, error) {
-	b, err := l.Read(esp.MemberDirectory)
+	b, err := l.ReadOwn(esp.MemberDirectory)
 	if err != nil {
 		return nil, fmt.Errorf("reading the member directory: %w", err)
 	}

@@ -2,7 +2,7 @@
 // anyone who can write the disk while the machine is off can edit: the
 // copies of the cluster CA, the node's certificate and the CRL that let it
 // answer its peers before its data volume opens, its escrow, its node
-// state record and its member directory.
+// state record, its member directory and its update record.
 //
 // The ledger (esp.Ledger) lists the SHA-256 of each of those files under
 // an HMAC whose key is sealed to the TPM (esp.LedgerKey, package seals),
@@ -15,7 +15,10 @@
 // counter. Read refuses such a file by name, with the reason, and the
 // caller uses the authentic copy it has (the data volume's, or the
 // running member's) or fails closed; the ledger never changes a file on
-// its own.
+// its own. An older ledger put back is still the node's own: what it lists
+// is refused where only the latest will do (the CRL) and read where an
+// older version grants nothing new (ReadOwn), so that the node still
+// unlocks and its member writes the latest back.
 //
 // A write is crash-safe: the ledger first lists the file's old and new
 // contents as both acceptable, then the file is replaced, then the ledger
@@ -43,6 +46,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 
@@ -56,7 +60,7 @@ import (
 // first keeps a ledger adopts as they are.
 var Covered = []esp.File{
 	esp.UnlockCert, esp.UnlockCA, esp.UnlockCRL, esp.CUKEscrow, esp.OwnerRecovery,
-	esp.NodeState, esp.MemberDirectory,
+	esp.NodeState, esp.MemberDirectory, esp.UpdateRecord,
 }
 
 // version is the ledger format's version.
@@ -72,6 +76,10 @@ type manifest struct {
 	// Files maps each file to the contents it may have: the SHA-256 (hex)
 	// or absent; two while a write is under way.
 	Files map[esp.File][]string `json:"files"`
+	// Older maps files to the contents an older ledger, put back, listed
+	// for them: this node's own, but perhaps not its latest (Read refuses
+	// them, ReadOwn does not), until the node writes them again.
+	Older map[esp.File][]string `json:"older,omitempty"`
 	MAC   []byte                `json:"mac,omitempty"`
 }
 
@@ -82,6 +90,7 @@ type Ledger struct {
 	log     *slog.Logger
 	key     []byte
 	counter *tpm.TPM
+	sealer  *seals.Sealer
 
 	mu sync.Mutex
 	m  manifest
@@ -118,7 +127,7 @@ func Open(root string, s *seals.Sealer, log *slog.Logger) (*Ledger, error) {
 	if s.Book == nil {
 		return nil, errors.New("opening the ESP ledger: no TPM in use")
 	}
-	l := &Ledger{root: root, log: log, counter: s.Book.TPM}
+	l := &Ledger{root: root, log: log, counter: s.Book.TPM, sealer: s}
 	if err := l.openKey(s); err != nil {
 		return nil, err
 	}
@@ -140,6 +149,11 @@ func Open(root string, s *seals.Sealer, log *slog.Logger) (*Ledger, error) {
 	case errors.Is(err, os.ErrNotExist) && first:
 		log.Warn("no ledger of the ESP's state yet: adopting the files there as they are", "files", len(Covered))
 		l.m = l.adopt()
+	case errors.Is(err, errOlder):
+		l.refused = err
+		log.Error("the ESP's files are this node's own, from an earlier state: refusing each where the node needs "+
+			"its latest (the CRL) until it writes it again", "ledger", esp.Ledger, "err", err)
+		l.m = manifest{Version: version, Files: map[esp.File][]string{}, Older: older(m)}
 	default:
 		l.refused = err
 		log.Error("refusing every file the ESP's ledger covers until the node writes it again", "ledger", esp.Ledger, "err", err)
@@ -150,7 +164,7 @@ func Open(root string, s *seals.Sealer, log *slog.Logger) (*Ledger, error) {
 }
 
 // openKey unseals the ledger's key, or makes and seals one if the ESP has
-// none. A new key makes every ledger before it fail its MAC.
+// none.
 func (l *Ledger) openKey(s *seals.Sealer) error {
 	path := esp.LedgerKey.In(l.root)
 	b, err := os.ReadFile(path)
@@ -163,16 +177,65 @@ func (l *Ledger) openKey(s *seals.Sealer) error {
 	if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("reading the ESP ledger's key: %w", err)
 	}
+	return l.newKey(s)
+}
+
+// newKey makes and seals a new key: every ledger before it fails its MAC.
+func (l *Ledger) newKey(s *seals.Sealer) error {
 	l.key = make([]byte, 32)
 	rand.Read(l.key)
-	sealed, err := s.Seal(path, l.key)
+	sealed, err := s.Seal(esp.LedgerKey.In(l.root), l.key)
 	if err != nil {
 		return fmt.Errorf("sealing the ESP ledger's key: %w", err)
 	}
-	if err := atomicfile.Write(path, sealed, 0o600); err != nil {
+	if err := atomicfile.Write(esp.LedgerKey.In(l.root), sealed, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", esp.LedgerKey, err)
 	}
 	return nil
+}
+
+// DataRecord is where the data volume keeps the SHA-256 of the ledger's
+// key (Confirm).
+const DataRecord = "borough/ledger-key.sha256"
+
+// Confirm checks the ledger's key against the data volume mounted at
+// dataRoot, which nobody writes without both unlock keys, once it is
+// open; the first time, it records it there. The TPM seal is what keeps
+// the key from a thief with the disk alone; but whoever can run code of
+// their own on the machine (Secure Boot off) can seal a key of theirs to
+// the PCR values the node's boot will have, and write a ledger with it.
+// That key is not the one the volume records: Confirm then says so, makes
+// a new key, and refuses every covered file until the node writes it
+// again from the volume or its member.
+func (l *Ledger) Confirm(dataRoot string) error {
+	if l.sealer == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	path := filepath.Join(dataRoot, DataRecord)
+	sum := sha256.Sum256(l.key)
+	want, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return atomicfile.Write(path, []byte(hex.EncodeToString(sum[:])), 0o600)
+	case err != nil:
+		return fmt.Errorf("reading the ledger key's digest on the data volume: %w", err)
+	case string(want) == hex.EncodeToString(sum[:]):
+		return nil
+	}
+	l.refused = fmt.Errorf("%s was not sealed by this node: its key is not the one the data volume records", esp.LedgerKey)
+	l.log.Error("refusing every file the ESP's ledger covers, and the ledger's key: someone ran their own code "+
+		"against this machine's TPM; making a new key", "err", l.refused)
+	if err := l.newKey(l.sealer); err != nil {
+		return err
+	}
+	l.m.Files, l.m.Older = map[esp.File][]string{}, nil
+	if err := l.commit(); err != nil {
+		return err
+	}
+	sum = sha256.Sum256(l.key)
+	return atomicfile.Write(path, []byte(hex.EncodeToString(sum[:])), 0o600)
 }
 
 // readManifest reads and checks the ledger against its MAC and the TPM's
@@ -196,9 +259,27 @@ func (l *Ledger) readManifest(count uint64) (*manifest, error) {
 		return nil, fmt.Errorf("%s has version %d, this node reads %d", esp.Ledger, m.Version, version)
 	}
 	if m.Count != count && m.Count != count+1 {
-		return nil, fmt.Errorf("%s is an older copy put back: it counts %d writes, the TPM %d", esp.Ledger, m.Count, count)
+		return &m, fmt.Errorf("%s is %w: it counts %d writes, the TPM %d", esp.Ledger, errOlder, m.Count, count)
 	}
 	return &m, nil
+}
+
+// errOlder says the ledger is authentic, but an older copy put back.
+var errOlder = errors.New("an older copy put back")
+
+// older is what an older ledger m lists, for Manifest.Older.
+func older(m *manifest) map[esp.File][]string {
+	out := map[esp.File][]string{}
+	for _, files := range []map[esp.File][]string{m.Files, m.Older} {
+		for f, states := range files {
+			for _, st := range states {
+				if !slices.Contains(out[f], st) {
+					out[f] = append(out[f], st)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // adopt lists the covered files as they are.
@@ -285,10 +366,23 @@ func (l *Ledger) Refused() error {
 	return l.refused
 }
 
-// Read returns f's contents if they match the ledger. A file the ledger
-// lists as absent, or does not list and is not there, is os.ErrNotExist;
-// a file that does not match is a *Refused.
+// Read returns f's contents if they are the latest the node wrote. A
+// file the ledger lists as absent, or does not list and is not there, is
+// os.ErrNotExist; any other that does not match is a *Refused.
 func (l *Ledger) Read(f esp.File) ([]byte, error) {
+	return l.read(f, false)
+}
+
+// ReadOwn is Read, but it also returns contents the node wrote once and
+// may have written over since, which an older ledger put back lists: for
+// a file that grants nothing newer than what the node had (its CA and
+// certificate, its escrow, its peers), not for one whose latest version
+// takes something away (the CRL).
+func (l *Ledger) ReadOwn(f esp.File) ([]byte, error) {
+	return l.read(f, true)
+}
+
+func (l *Ledger) read(f esp.File, own bool) ([]byte, error) {
 	b, err := os.ReadFile(f.In(l.root))
 	if l.key == nil || (err != nil && !errors.Is(err, os.ErrNotExist)) {
 		return b, err
@@ -296,19 +390,24 @@ func (l *Ledger) Read(f esp.File) ([]byte, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ok, listed := l.m.Files[f]
+	older := err == nil && slices.Contains(l.m.Older[f], digest(b))
 	switch {
-	case err != nil && (!listed || slices.Contains(ok, absent)):
+	case listed && err != nil && slices.Contains(ok, absent):
 		return nil, err
-	case err != nil:
+	case listed && err != nil:
 		return nil, &Refused{File: f, Reason: "the ledger lists it, and it was deleted"}
-	case !listed && l.refused != nil:
-		return nil, &Refused{File: f, Reason: "the ESP's ledger was refused (" + l.refused.Error() + ")"}
-	case !listed:
-		return nil, &Refused{File: f, Reason: "the ledger does not list it: it was put there by someone else"}
-	case !slices.Contains(ok, digest(b)):
+	case listed && !slices.Contains(ok, digest(b)):
 		return nil, &Refused{File: f, Reason: "its contents are not the ones the ledger lists: it was edited, or an older copy put back"}
+	case listed, older && own:
+		return b, nil
+	case older:
+		return nil, &Refused{File: f, Reason: "only an older copy of the ledger, put back, lists it: it may not be the latest"}
+	case err != nil:
+		return nil, err
+	case l.refused != nil:
+		return nil, &Refused{File: f, Reason: "the ESP's ledger was refused (" + l.refused.Error() + ")"}
 	}
-	return b, nil
+	return nil, &Refused{File: f, Reason: "the ledger does not list it: it was put there by someone else"}
 }
 
 // Write replaces each file in files with its contents, or removes it if
@@ -351,6 +450,7 @@ func (l *Ledger) Write(files map[esp.File][]byte) error {
 	}
 	for f, want := range next {
 		l.m.Files[f] = []string{want}
+		delete(l.m.Older, f)
 	}
 	return l.commit()
 }

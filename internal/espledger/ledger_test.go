@@ -36,11 +36,7 @@ func newNode(t *testing.T) *node {
 // boot opens the ledger as a boot of the node does, with a new book.
 func (n *node) boot(t *testing.T) *Ledger {
 	t.Helper()
-	epoch, err := n.tpm.Epoch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(n.root, &seals.Sealer{Book: &seals.Book{TPM: n.tpm, Epoch: epoch}}, slog.New(slog.DiscardHandler))
+	l, err := Open(n.root, &seals.Sealer{Book: &seals.Book{TPM: n.tpm, Epoch: mustEpoch(t, n.tpm)}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -89,38 +85,39 @@ func TestAttacks(t *testing.T) {
 		// copy of the disk keep them.
 		attack func(t *testing.T, n *node, old map[esp.File][]byte)
 		// refused is the file that must be refused, with want in its
-		// error; untouched must still read.
-		refused, untouched esp.File
-		want               string
+		// error; untouched must still read; own must be refused by Read
+		// and read by ReadOwn.
+		refused, untouched, own esp.File
+		want                    string
 	}{
 		{"file edited", func(t *testing.T, n *node, _ map[esp.File][]byte) {
 			n.put(t, esp.UnlockCRL, []byte("CRL number 9: nobody revoked"))
-		}, esp.UnlockCRL, esp.UnlockCA, "not the ones the ledger lists"},
+		}, esp.UnlockCRL, esp.UnlockCA, "", "not the ones the ledger lists"},
 		{"older file put back", func(t *testing.T, n *node, old map[esp.File][]byte) {
 			n.put(t, esp.UnlockCRL, old[esp.UnlockCRL])
-		}, esp.UnlockCRL, esp.UnlockCA, "an older copy put back"},
+		}, esp.UnlockCRL, esp.UnlockCA, "", "an older copy put back"},
 		{"older file and ledger put back", func(t *testing.T, n *node, old map[esp.File][]byte) {
 			n.put(t, esp.UnlockCRL, old[esp.UnlockCRL])
 			n.put(t, esp.Ledger, old[esp.Ledger])
-		}, esp.UnlockCRL, "", "older copy put back: it counts"},
+		}, esp.UnlockCRL, "", esp.UnlockCA, "only an older copy of the ledger, put back, lists it"},
 		{"files swapped", func(t *testing.T, n *node, _ map[esp.File][]byte) {
 			n.put(t, esp.UnlockCRL, caPEM)
-		}, esp.UnlockCRL, esp.UnlockCA, "not the ones the ledger lists"},
+		}, esp.UnlockCRL, esp.UnlockCA, "", "not the ones the ledger lists"},
 		{"file deleted", func(t *testing.T, n *node, _ map[esp.File][]byte) {
 			n.put(t, esp.UnlockCRL, nil)
-		}, esp.UnlockCRL, esp.UnlockCA, "it was deleted"},
+		}, esp.UnlockCRL, esp.UnlockCA, "", "it was deleted"},
 		{"file added", func(t *testing.T, n *node, _ map[esp.File][]byte) {
 			n.put(t, esp.MemberDirectory, []byte(`{"members":{"evil":["https://10.0.0.66:2380"]}}`))
-		}, esp.MemberDirectory, esp.UnlockCRL, "does not list it"},
+		}, esp.MemberDirectory, esp.UnlockCRL, "", "does not list it"},
 		{"ledger bit-flipped", func(t *testing.T, n *node, _ map[esp.File][]byte) {
 			b := n.read(t, esp.Ledger)
 			b[len(b)/2] ^= 1
 			n.put(t, esp.Ledger, b)
-		}, esp.UnlockCRL, "", "esp.Ledger"},
+		}, esp.UnlockCRL, "", "", "esp.Ledger"},
 		{"ledger truncated", func(t *testing.T, n *node, _ map[esp.File][]byte) {
 			b := n.read(t, esp.Ledger)
 			n.put(t, esp.Ledger, b[:len(b)-9])
-		}, esp.UnlockCRL, "", "does not parse"},
+		}, esp.UnlockCRL, "", "", "does not parse"},
 		{"ledger forged with another key", func(t *testing.T, n *node, _ map[esp.File][]byte) {
 			forged := &Ledger{key: []byte("the attacker's key")}
 			m := manifest{Version: version, Count: 99, Files: map[esp.File][]string{esp.UnlockCRL: {digest(crlV1)}}}
@@ -128,10 +125,10 @@ func TestAttacks(t *testing.T) {
 			b, _ := json.Marshal(m)
 			n.put(t, esp.Ledger, b)
 			n.put(t, esp.UnlockCRL, crlV1)
-		}, esp.UnlockCRL, "", "its MAC does not match"},
+		}, esp.UnlockCRL, "", "", "its MAC does not match"},
 		{"ledger deleted", func(t *testing.T, n *node, _ map[esp.File][]byte) {
 			n.put(t, esp.Ledger, nil)
-		}, esp.UnlockCA, "", "is missing, and this node keeps one"},
+		}, esp.UnlockCA, "", "", "is missing, and this node keeps one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)
@@ -149,6 +146,24 @@ func TestAttacks(t *testing.T) {
 			}
 			if want := strings.ReplaceAll(tc.want, "esp.Ledger", string(esp.Ledger)); !strings.Contains(err.Error(), want) {
 				t.Errorf("Read(%s) = %v, want the reason %q", tc.refused, err, want)
+			}
+			if tc.own != "" {
+				if _, err := l.Read(tc.own); !errors.As(err, &r) {
+					t.Errorf("Read(%s), listed only by an older ledger = %v, want it refused", tc.own, err)
+				}
+				for _, f := range []esp.File{tc.own, tc.refused} {
+					if _, err := l.ReadOwn(f); err != nil {
+						t.Errorf("ReadOwn(%s), listed by an older ledger = %v", f, err)
+					}
+				}
+				if err := l.Refused(); err == nil || !strings.Contains(err.Error(), "older copy put back: it counts") {
+					t.Errorf("Refused = %v, want the older ledger named", err)
+				}
+				// And at the boot after, before the node wrote them again.
+				l = n.boot(t)
+				if _, err := l.ReadOwn(tc.own); err != nil {
+					t.Errorf("ReadOwn(%s) at the next boot = %v", tc.own, err)
+				}
 			}
 			if tc.untouched != "" {
 				if _, err := l.Read(tc.untouched); err != nil {
@@ -269,4 +284,72 @@ func TestUnauthenticated(t *testing.T) {
 	if _, err := os.Stat(esp.Ledger.In(n.root)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("an unauthenticated ledger wrote %s: %v", esp.Ledger, err)
 	}
+}
+
+// TestConfirm plays someone who runs their own code on the machine
+// (Secure Boot off): they seal a key of theirs to the TPM, as the node's
+// boot would, and write a ledger with it that lists a CA of theirs. The
+// node takes it until its data volume opens (the TPM cannot tell their
+// seal from the node's); then Confirm refuses it, and every file with it.
+func TestConfirm(t *testing.T) {
+	n := newNode(t)
+	data := t.TempDir()
+	l := n.boot(t)
+	write(t, l, map[esp.File][]byte{esp.UnlockCA: caPEM})
+	if err := l.Confirm(data); err != nil {
+		t.Fatalf("Confirm on the first boot: %v", err)
+	}
+	l = n.boot(t)
+	if err := l.Confirm(data); err != nil || l.Refused() != nil {
+		t.Fatalf("Confirm of the node's own key = %v, refused %v", err, l.Refused())
+	}
+
+	theirs := &Ledger{key: []byte("a key of the attacker's, 32 byte")}
+	sealed, err := (&seals.Sealer{Book: &seals.Book{TPM: n.tpm, Epoch: mustEpoch(t, n.tpm)}}).Seal("", theirs.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, _, err := n.tpm.Count(tpm.LedgerCounter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedCA := []byte("the attacker's CA")
+	m := manifest{Version: version, Count: count, Files: map[esp.File][]string{esp.UnlockCA: {digest(forgedCA)}}}
+	m.MAC = theirs.mac(&m)
+	b, _ := json.Marshal(m)
+	n.put(t, esp.LedgerKey, sealed)
+	n.put(t, esp.Ledger, b)
+	n.put(t, esp.UnlockCA, forgedCA)
+
+	l = n.boot(t)
+	if got, err := l.Read(esp.UnlockCA); err != nil || string(got) != string(forgedCA) {
+		t.Fatalf("before the volume opens, Read(CA) = %q, %v; the attacker's ledger should pass (the limit this test shows)", got, err)
+	}
+	if err := l.Confirm(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refused(); err == nil || !strings.Contains(err.Error(), "not the one the data volume records") {
+		t.Errorf("Refused after Confirm = %v, want the key named", err)
+	}
+	var r *Refused
+	if _, err := l.Read(esp.UnlockCA); !errors.As(err, &r) {
+		t.Errorf("Read(CA) after Confirm = %v, want it refused", err)
+	}
+	write(t, l, map[esp.File][]byte{esp.UnlockCA: caPEM})
+	l = n.boot(t)
+	if err := l.Confirm(data); err != nil || l.Refused() != nil {
+		t.Errorf("Confirm at the boot after = %v, refused %v; want the new key confirmed", err, l.Refused())
+	}
+	if got, err := l.Read(esp.UnlockCA); err != nil || string(got) != string(caPEM) {
+		t.Errorf("Read(CA) at the boot after = %q, %v", got, err)
+	}
+}
+
+func mustEpoch(t *testing.T, tp *tpm.TPM) uint64 {
+	t.Helper()
+	e, err := tp.Epoch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

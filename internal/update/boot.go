@@ -23,8 +23,8 @@ func Arm(efivars string, part efivar.Partition, rec *Record) error {
 }
 
 // Confirm makes the try boot's slot the one the firmware boots, the other
-// slot next, and records it confirmed on the ESP at root.
-func Confirm(efivars, root string, rec *Record) error {
+// slot next, and records it confirmed in rs.
+func Confirm(efivars string, rs Records, rec *Record) error {
 	order, err := efivar.BootOrder(efivars)
 	if err != nil {
 		return err
@@ -33,7 +33,7 @@ func Confirm(efivars, root string, rec *Record) error {
 		return fmt.Errorf("making slot %s the default: %w", rec.Slot, err)
 	}
 	rec.State = Confirmed
-	return rec.write(root)
+	return rec.write(rs)
 }
 
 // confirmedOrder is order with slot's entry first and the other slot's
@@ -49,7 +49,7 @@ func confirmedOrder(order []uint16, slot Slot) []uint16 {
 }
 
 // RecordRollBack records that the old slot booted instead of rec's.
-func RecordRollBack(root string, rec *Record) error {
+func RecordRollBack(rs Records, rec *Record) error {
 	rec.State = RolledBack
-	return rec.write(root)
+	return rec.write(rs)
 }

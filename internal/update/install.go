@@ -125,9 +125,9 @@ func PayloadSHA(bootBinary []byte) (string, error) {
 
 // Install checks u against owner (Check), before it writes a byte;
 // writes it into the slot that is not running, on the ESP at root; and
-// records it as being tried. It removes the payloads no slot will run,
-// first, to make room. It does not arm the try boot (Arm).
-func Install(root string, r Running, u Update, owner *x509.Certificate) (*Record, error) {
+// records it as being tried, in rs. It removes the payloads no slot will
+// run, first, to make room. It does not arm the try boot (Arm).
+func Install(root string, rs Records, r Running, u Update, owner *x509.Certificate) (*Record, error) {
 	version, err := Check(r, u, owner)
 	if err != nil {
 		return nil, err
@@ -149,7 +149,7 @@ func Install(root string, r Running, u Update, owner *x509.Certificate) (*Record
 		}
 	}
 	rec := &Record{Version: recordVersion, State: Trying, Slot: target, From: r.Slot, NewVersion: version, OldVersion: r.Version}
-	return rec, rec.write(root)
+	return rec, rec.write(rs)
 }
 
 // writeChecked writes data durably and reads it back: an ESP that does

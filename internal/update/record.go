@@ -7,7 +7,6 @@ import (
 	"os"
 
 	"github.com/borough-os/borough/esp"
-	"github.com/borough-os/borough/internal/atomicfile"
 )
 
 // State is where an update is.
@@ -39,9 +38,16 @@ type Record struct {
 	OldVersion string `json:"old_version"`
 }
 
-// ReadRecord reads the record on the ESP at root; none is (nil, nil).
-func ReadRecord(root string) (*Record, error) {
-	b, err := os.ReadFile(esp.UpdateRecord.In(root))
+// Records keeps the update record on the ESP: on a node, its ESP ledger
+// (package espledger), which refuses a record the node did not write.
+type Records interface {
+	Read(esp.File) ([]byte, error)
+	Write(map[esp.File][]byte) error
+}
+
+// ReadRecord reads the record from rs; none is (nil, nil).
+func ReadRecord(rs Records) (*Record, error) {
+	b, err := rs.Read(esp.UpdateRecord)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -61,14 +67,14 @@ func ReadRecord(root string) (*Record, error) {
 	return &r, nil
 }
 
-// write writes r to the ESP at root, atomically.
-func (r Record) write(root string) error {
+// write writes r to rs, atomically.
+func (r Record) write(rs Records) error {
 	r.Version = recordVersion
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Write(esp.UpdateRecord.In(root), b, 0o600); err != nil {
+	if err := rs.Write(map[esp.File][]byte{esp.UpdateRecord: b}); err != nil {
 		return fmt.Errorf("writing the update record: %w", err)
 	}
 	return nil
