@@ -100,8 +100,12 @@ fresh disk) to join again.`,
 
 func removeNode(stdout io.Writer, node, name, fingerprint string) error {
 	var r admin.Removal
-	err := asOwner(node, fingerprint, func(ctx context.Context, c *clientv3.Client) (err error) {
-		r, err = admin.RemoveNode(ctx, c, name)
+	err := asOwner(node, fingerprint, func(ctx context.Context, c *clientv3.Client) error {
+		owner, err := ownerKeyPair()
+		if err != nil {
+			return err
+		}
+		r, err = admin.RemoveNode(ctx, c, name, owner)
 		return err
 	})
 	if len(r.Serials) > 0 {

@@ -6,6 +6,7 @@ package admin
 
 import (
 	"context"
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -13,17 +14,21 @@ import (
 	"math/big"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -149,18 +154,20 @@ type Removal struct {
 
 // RemoveNode marks node name's record removed (a tombstone the join
 // endpoint checks: neither the node's name nor its ticket admits it
-// again), revokes its certificates, then removes its etcd member, found by
+// again), revokes its certificates with the owner's signed word (owner:
+// the owner's certificate and key; none, for a cluster without an owner),
+// then removes its etcd member, found by
 // the member ID the cluster recorded when it admitted the node (a learner
 // that never started has no name in etcd), or by name for a record
 // without one. Revoking comes before the removal: a node that is no
 // member but still trusted is worse than a member whose certificate no
 // longer works. Removing a node again finishes a removal cut short.
-func RemoveNode(ctx context.Context, c *clientv3.Client, name string) (Removal, error) {
+func RemoveNode(ctx context.Context, c *clientv3.Client, name string, owner tls.Certificate) (Removal, error) {
 	nr, err := tombstone(ctx, c, name)
 	if err != nil {
 		return Removal{}, err
 	}
-	if err := revoke(ctx, c, nr.Serials); err != nil {
+	if err := revoke(ctx, c, name, nr.Serials, owner); err != nil {
 		return Removal{}, err
 	}
 	r := Removal{Serials: nr.Serials}
@@ -208,39 +215,41 @@ func removeMember(ctx context.Context, c *clientv3.Client, id uint64) error {
 	}
 }
 
-// revoke adds serials (hex) to the cluster's CRL, signed with the CA's key
-// and numbered one higher, in a transaction that fails if the CRL changed
-// meanwhile.
-func revoke(ctx context.Context, c *clientv3.Client, serialsHex []string) error {
-	var serials []*big.Int
-	for _, h := range serialsHex {
-		s, ok := new(big.Int).SetString(h, 16)
-		if !ok {
-			return fmt.Errorf("the node's serial %q is not hex", h)
-		}
-		serials = append(serials, s)
+// revoke adds serials (hex), node name's certificates, to the cluster's
+// CRL, signed with the CA's key and numbered one higher than the CRL in
+// etcd, and, with an owner, to the owner's signed revocations of the same
+// number, in a transaction that fails if either changed meanwhile.
+func revoke(ctx context.Context, c *clientv3.Client, name string, serialsHex []string, owner tls.Certificate) error {
+	serials, err := parseSerials(serialsHex)
+	if err != nil {
+		return err
 	}
 	ca, err := keyspace.ReadCA(ctx, c)
 	if err != nil {
 		return err
 	}
-	resp, err := c.Get(ctx, keyspace.CRL)
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.CRL), clientv3.OpGet(keyspace.Revocations), clientv3.OpGet(keyspace.Cluster)).Commit()
 	if err != nil {
 		return err
 	}
-	if len(resp.Kvs) != 1 {
+	crlKV, stmtKV := keyspace.KV(resp, 0), keyspace.KV(resp, 1)
+	if crlKV == nil {
 		return fmt.Errorf("the cluster has no CRL")
 	}
-	current, err := pki.ParseCRL(resp.Kvs[0].Value, ca.Cert)
+	current, err := pki.ParseCRL(crlKV.Value, ca.Cert)
 	if err != nil {
 		return err
 	}
-	der, err := ca.Revoke(current, serials, time.Now())
+	ops, err := revocationOps(ca, current, stmtKV, serials, name, string(keyspace.Value(resp, 2)), owner)
 	if err != nil {
 		return err
 	}
-	put, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyspace.CRL), "=", resp.Kvs[0].ModRevision)).
-		Then(clientv3.OpPut(keyspace.CRL, string(der))).Commit()
+	stmtRev := int64(0)
+	if stmtKV != nil {
+		stmtRev = stmtKV.ModRevision
+	}
+	put, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyspace.CRL), "=", crlKV.ModRevision),
+		clientv3.Compare(clientv3.ModRevision(keyspace.Revocations), "=", stmtRev)).Then(ops...).Commit()
 	if err != nil {
 		return fmt.Errorf("storing the CRL: %w", err)
 	}
@@ -248,4 +257,67 @@ func revoke(ctx context.Context, c *clientv3.Client, serialsHex []string) error 
 		return fmt.Errorf("the CRL changed while it was being updated; try again")
 	}
 	return nil
+}
+
+// revocationOps returns the puts of the CRL that follows current with
+// serials, node name's, added and, with an owner, of the owner's signed
+// revocations that go with it. With an owner the CRL revokes what the
+// owner's last revocations (stmtKV, checked against the owner's key) do,
+// not what current does: a CRL a member put in etcd on its own (which no
+// member put in force) is not carried on. The owner's first revocations
+// start from current.
+func revocationOps(ca *pki.CA, current *x509.RevocationList, stmtKV *mvccpb.KeyValue, serials []*big.Int,
+	name, cluster string, owner tls.Certificate) ([]clientv3.Op, error) {
+	if owner.Leaf == nil {
+		der, err := ca.Revoke(current, serials, time.Now())
+		return []clientv3.Op{clientv3.OpPut(keyspace.CRL, string(der))}, err
+	}
+	var prev authoritypb.Revocations
+	base := current
+	if stmtKV != nil {
+		if err := authority.Open(stmtKV.Value, owner.Leaf, authority.KindRevocations, &prev); err != nil {
+			return nil, fmt.Errorf("the cluster's revocations: %w", err)
+		}
+		was, err := parseSerials(prev.GetSerials())
+		if err != nil {
+			return nil, err
+		}
+		base = &x509.RevocationList{Number: current.Number}
+		for _, s := range was {
+			base.RevokedCertificateEntries = append(base.RevokedCertificateEntries, x509.RevocationListEntry{SerialNumber: s})
+		}
+	}
+	der, err := ca.Revoke(base, serials, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	crl, err := x509.ParseRevocationList(der)
+	if err != nil {
+		return nil, err
+	}
+	next := &authoritypb.Revocations{Cluster: cluster, Number: crl.Number.Uint64(), Nodes: prev.GetNodes(), Serials: pki.RevokedSerials(crl)}
+	if !slices.Contains(next.Nodes, name) {
+		next.Nodes = append(next.Nodes, name)
+	}
+	key, ok := owner.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("the owner's key is a %T, which cannot sign", owner.PrivateKey)
+	}
+	stmt, err := authority.Sign(owner.Leaf, key, authority.KindRevocations, next)
+	if err != nil {
+		return nil, err
+	}
+	return []clientv3.Op{clientv3.OpPut(keyspace.CRL, string(der)), clientv3.OpPut(keyspace.Revocations, string(stmt))}, nil
+}
+
+func parseSerials(hexes []string) ([]*big.Int, error) {
+	var serials []*big.Int
+	for _, h := range hexes {
+		s, ok := new(big.Int).SetString(h, 16)
+		if !ok {
+			return nil, fmt.Errorf("the node's serial %q is not hex", h)
+		}
+		serials = append(serials, s)
+	}
+	return serials, nil
 }

@@ -38,6 +38,8 @@ type Kind string
 const (
 	// KindRelease is an authoritypb.Release.
 	KindRelease Kind = "release"
+	// KindRevocations is an authoritypb.Revocations.
+	KindRevocations Kind = "revocations"
 )
 
 // domain starts every signed message: nothing else the owner's key

@@ -105,9 +105,6 @@ func (mg *Manager) storeCluster(ctx context.Context, member *consensus.Consensus
 		clientv3.OpPut(keyspace.CRL, string(crl)),
 		clientv3.OpPut(keyspace.Nodes+name, string(rec)),
 	}
-	if owner := mg.cfg.Enrolment.Owner; owner != nil {
-		ops = append(ops, clientv3.OpPut(keyspace.OwnerCert, string(pki.CertPEM(owner))))
-	}
 	if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("storing the cluster CA in etcd: %w", err)
 	}

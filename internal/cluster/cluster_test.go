@@ -9,8 +9,11 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -20,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/admin"
@@ -27,6 +32,7 @@ import (
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/join"
+	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -110,7 +116,7 @@ func ownerIdentity(t testing.TB) (*x509.Certificate, tls.Certificate) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return o.Cert, tls.Certificate{Certificate: [][]byte{o.Cert.Raw}, PrivateKey: o.Key}
+	return o.Cert, tls.Certificate{Certificate: [][]byte{o.Cert.Raw}, PrivateKey: o.Key, Leaf: o.Cert}
 }
 
 // TestJoinInProcess runs three members with real etcd on loopback
@@ -226,13 +232,14 @@ func TestJoinInProcess(t *testing.T) {
 	name := c.mgr.nodeName(t)
 	c.stop()
 	<-c.done
-	if _, err := admin.RemoveNode(ctx, cl, name); err != nil {
+	if _, err := admin.RemoveNode(ctx, cl, name, owner); err != nil {
 		t.Fatal(err)
 	}
 	c = start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: tc}, c.dir)
 	c.wait(t, "state New -> Restarting")
 	c.wait(t, "node failed: removed from cluster unit")
 	replayRemoved(t, ctx, c, tc, mint)
+	rogueCRLs(t, ctx, cl, a, b)
 
 	// The owner removes B: its peers tell it so when it asks.
 	statusOf := func(m *member) (bool, error) {
@@ -246,7 +253,7 @@ func TestJoinInProcess(t *testing.T) {
 	if removed, err := statusOf(b); removed || err != nil {
 		t.Errorf("status of a member = %v, %v; want not removed", removed, err)
 	}
-	if _, err := admin.RemoveNode(ctx, cl, b.mgr.nodeName(t)); err != nil {
+	if _, err := admin.RemoveNode(ctx, cl, b.mgr.nodeName(t), owner); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, "node failed: removed from cluster unit")
@@ -310,4 +317,57 @@ func (mg *Manager) nodeName(t *testing.T) string {
 		t.Fatalf("reading the node state record: %v", err)
 	}
 	return r.Node
+}
+
+// rogueCRLs plays a member compromised while running, which holds the
+// cluster CA's key: it signs and publishes a CRL that revokes every
+// member, then one that gives the removed node back its standing. No
+// member puts either in force: neither goes with the owner's signed
+// revocations. The owner's next removal still works (TestJoinInProcess).
+func rogueCRLs(t *testing.T, ctx context.Context, cl *clientv3.Client, members ...*member) {
+	t.Helper()
+	ca, err := keyspace.ReadCA(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cl.Get(ctx, keyspace.Nodes, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var everyone []*big.Int
+	for _, kv := range resp.Kvs {
+		var r keyspace.NodeRecord
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range r.Serials {
+			s, _ := new(big.Int).SetString(h, 16)
+			everyone = append(everyone, s)
+		}
+	}
+	before := map[*member][]byte{}
+	for _, m := range members {
+		if before[m], err = os.ReadFile(m.mgr.pkiFiles().CRL()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tc := range []struct {
+		name    string
+		revoked []*big.Int
+	}{{"revoking every member", everyone}, {"revoking nobody", nil}} {
+		number := int64(100 + i)
+		der, err := ca.CRL(number, tc.revoked, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Put(ctx, keyspace.CRL, string(der)); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range members {
+			m.wait(t, fmt.Sprintf("the CRL is number %d, the owner's revocations number", number))
+			if now, err := os.ReadFile(m.mgr.pkiFiles().CRL()); err != nil || !bytes.Equal(now, before[m]) {
+				t.Errorf("a rogue CRL %s: member %s put it in force (%v)", tc.name, m.ip, err)
+			}
+		}
+	}
 }

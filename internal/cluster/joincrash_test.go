@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -214,8 +215,9 @@ func TestJoinCrash(t *testing.T) {
 
 // joinCrashCluster is the one-member cluster the joining nodes join.
 type joinCrashCluster struct {
-	ctx context.Context
-	cl  *clientv3.Client
+	ctx   context.Context
+	cl    *clientv3.Client
+	owner tls.Certificate
 }
 
 func newJoinCrashCluster(t *testing.T, n int, snapshots uint64) *joinCrashCluster {
@@ -250,7 +252,7 @@ func newJoinCrashCluster(t *testing.T, n int, snapshots uint64) *joinCrashCluste
 			t.Fatal(err)
 		}
 	}
-	return &joinCrashCluster{ctx: ctx, cl: cl}
+	return &joinCrashCluster{ctx: ctx, cl: cl, owner: owner}
 }
 
 // run runs one crash at ip.
@@ -285,7 +287,7 @@ func (j *joinCrashCluster) run(t *testing.T, c joinCrash, ip string, bySnapshot 
 		loseUnflushed(t, filepath.Join(etcd, "member", "snap", "db"), rec.MemberID)
 	}
 	if c.remove {
-		if _, err := admin.RemoveNode(ctx, j.cl, rec.Node); err != nil {
+		if _, err := admin.RemoveNode(ctx, j.cl, rec.Node, j.owner); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -332,7 +334,7 @@ func (j *joinCrashCluster) checkJoined(t *testing.T, dir string) {
 	if len(ids) != 2 || !strings.Contains(strings.Join(ids, " "), rec.MemberID) {
 		t.Errorf("the cluster's members are %v, want the leader and %s", ids, rec.MemberID)
 	}
-	if _, err := admin.RemoveNode(j.ctx, j.cl, rec.Node); err != nil {
+	if _, err := admin.RemoveNode(j.ctx, j.cl, rec.Node, j.owner); err != nil {
 		t.Fatal(err)
 	}
 	j.checkAlone(t)

@@ -67,29 +67,35 @@ func (k *Keeper) maintain(ctx context.Context, m Member) error {
 	if err := publish(ctx, m.Consensus.Client, m.Node, pub); err != nil {
 		return err
 	}
-	if err := k.sealForOwner(ctx, m); err != nil {
+	if err := k.sealForOwner(m); err != nil {
 		return fmt.Errorf("sealing the node's keys for the owner: %w", err)
 	}
 	return k.escrow(ctx, m)
 }
 
-// sealForOwner writes the node's unlock keys sealed to the cluster
-// owner's key to the ESP, if the cluster has an owner and the ESP does
-// not hold them sealed to that owner yet.
-func (k *Keeper) sealForOwner(ctx context.Context, m Member) error {
+// sealForOwner writes the node's unlock keys sealed to its owner's key to
+// the ESP, if it has an owner and the ESP does not hold them sealed to
+// that owner yet. The owner is the one the node fixed when it bootstrapped
+// or joined (its PKI files), not the cluster's record in etcd, which any
+// member can write: a member compromised while running must not have
+// every node seal its keys to a key of its own.
+func (k *Keeper) sealForOwner(m Member) error {
 	k.mu.Lock()
 	luk, cuk := k.luk, k.cuk
 	k.mu.Unlock()
 	if !k.OwnerRecovery || luk == nil || cuk == nil {
 		return nil
 	}
-	rsp, err := m.Consensus.Client.Get(ctx, keyspace.OwnerCert)
-	if err != nil || len(rsp.Kvs) == 0 {
-		return err
+	ownerPEM, err := os.ReadFile(m.PKI.Owner())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
-	owner, err := pki.ParseCertPEM(rsp.Kvs[0].Value)
 	if err != nil {
 		return err
+	}
+	owner, err := pki.ParseCertPEM(ownerPEM)
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.PKI.Owner(), err)
 	}
 	fp := pki.Fingerprint(owner)
 	var old escrow.OwnerRecovery

@@ -18,9 +18,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/authoritypb"
 )
 
 // TestConsensus runs a real one-member etcd on loopback: the in-process
@@ -105,14 +107,23 @@ func TestConsensus(t *testing.T) {
 		}
 	}
 
-	// A CRL the CA did not sign, garbage, and an older CRL are refused
-	// and leave the file as it was; then a newer one is put in force.
+	// A CRL the CA did not sign, garbage, an older CRL, and a newer one
+	// without the owner's revocations (a member holds the CA's key) or
+	// with the owner's revocations of another list are refused and leave
+	// the file as it was; then a newer one with the owner's revocations
+	// is put in force.
 	otherCRL, _ := other.CRL(5, []*big.Int{member.Cert.SerialNumber}, now)
 	newCRL, _ := ca.CRL(2, []*big.Int{stranger.Cert.SerialNumber}, now)
-	for _, bad := range [][]byte{otherCRL, []byte("garbage"), crl} {
+	rogueCRL, _ := ca.CRL(3, []*big.Int{member.Cert.SerialNumber}, now)
+	signed := ownerRevocations(t, owner, 2, stranger.Cert.SerialNumber)
+	for _, bad := range [][]byte{otherCRL, []byte("garbage"), crl, newCRL} {
 		if _, err := c.Client.Put(ctx, keyspace.CRL, string(bad)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := c.Client.Txn(ctx).Then(clientv3.OpPut(keyspace.Revocations, string(signed)),
+		clientv3.OpPut(keyspace.CRL, string(rogueCRL))).Commit(); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := c.Client.Put(ctx, keyspace.CRL, string(newCRL)); err != nil {
 		t.Fatal(err)
@@ -127,7 +138,9 @@ func TestConsensus(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for _, refused := range []string{"not issued by the cluster CA", "not a DER revocation list"} {
+	for _, refused := range []string{"not issued by the cluster CA", "not a DER revocation list",
+		"the CRL number 2 changes what is revoked, and the owner signed no revocations",
+		"the CRL is number 3, the owner's revocations number 2"} {
 		if !strings.Contains(tc.logs.String(), refused) {
 			t.Errorf("the log does not say a CRL was refused as %q", refused)
 		}
@@ -211,4 +224,20 @@ func (tc *testCA) member(name, ip string, mode Mode) Config {
 	return Config{Name: name, Cluster: "test", DataDir: filepath.Join(tc.dir, name, "etcd"), PKI: files,
 		IP: addr, ListenIP: addr, Mode: mode,
 		Log: slog.New(console.NewHandler(tc.logs)).With("member", name)}
+}
+
+// ownerRevocations is the owner's signed statement that CRL number
+// revokes serials.
+func ownerRevocations(t *testing.T, owner *pki.Cert, number uint64, serials ...*big.Int) []byte {
+	t.Helper()
+	var hexes []string
+	for _, s := range serials {
+		hexes = append(hexes, s.Text(16))
+	}
+	b, err := authority.Sign(owner.Cert, owner.Key, authority.KindRevocations,
+		&authoritypb.Revocations{Cluster: "test", Number: number, Serials: hexes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

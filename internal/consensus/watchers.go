@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,8 +17,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/authoritypb"
 )
 
 // watchCRL keeps the CRL file equal to the CRL in etcd: it reads the
@@ -29,7 +33,7 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 		return fmt.Errorf("reading CRL: %w", err)
 	}
 	if len(resp.Kvs) == 1 {
-		if err := c.writeCRL(resp.Kvs[0].Value); err != nil {
+		if err := c.writeCRL(ctx, resp.Kvs[0].Value); err != nil {
 			return err
 		}
 	}
@@ -39,7 +43,7 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 		}
 		for _, ev := range w.Events {
 			if ev.Type == clientv3.EventTypePut {
-				if err := c.writeCRL(ev.Kv.Value); err != nil {
+				if err := c.writeCRL(ctx, ev.Kv.Value); err != nil {
 					return err
 				}
 			}
@@ -55,12 +59,16 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 // atomically: etcd reads it on every handshake and must never see half a
 // file. A CRL the cluster CA did not sign, or not newer than the file's,
 // is refused (logged, the file kept): whoever can write etcd must not be
-// able to unrevoke a node or, with garbage, break every handshake.
-func (c *Consensus) writeCRL(der []byte) error {
+// able to unrevoke a node or, with garbage, break every handshake. In a
+// cluster with an owner, so is a CRL that does not revoke exactly what
+// the owner's signed revocations of its number say: every member holds
+// the CA's key, and none may revoke a node, or give one back its
+// standing, on its own.
+func (c *Consensus) writeCRL(ctx context.Context, der []byte) error {
 	if b, err := os.ReadFile(c.cfg.PKI.CRL()); err == nil && bytes.Equal(b, der) {
 		return nil
 	}
-	if err := c.checkCRL(der); err != nil {
+	if err := c.checkCRL(ctx, der); err != nil {
 		c.cfg.Log.Error("refusing the CRL in etcd; keeping the current one", "err", err)
 		return nil
 	}
@@ -71,8 +79,9 @@ func (c *Consensus) writeCRL(der []byte) error {
 	return nil
 }
 
-// checkCRL checks a new CRL against the CA and the current CRL file.
-func (c *Consensus) checkCRL(der []byte) error {
+// checkCRL checks a new CRL against the CA, the current CRL file and the
+// owner's revocations.
+func (c *Consensus) checkCRL(ctx context.Context, der []byte) error {
 	caPEM, err := os.ReadFile(c.cfg.PKI.CA())
 	if err != nil {
 		return err
@@ -85,7 +94,57 @@ func (c *Consensus) checkCRL(der []byte) error {
 	if b, err := os.ReadFile(c.cfg.PKI.CRL()); err == nil {
 		current, _ = x509.ParseRevocationList(b)
 	}
-	return pki.CheckCRL(der, ca, current)
+	if err := pki.CheckCRL(der, ca, current); err != nil {
+		return err
+	}
+	return c.checkRevocations(ctx, der, current)
+}
+
+// checkRevocations checks, in a cluster with an owner, that the owner's
+// signed revocations (keyspace.Revocations, from this member's store,
+// which holds at least the revision of the CRL it watched) list exactly
+// the certificates the CRL der revokes, under its number. Without them, a
+// CRL may only revoke what current does (the CRL of a cluster before its
+// owner first removed a node).
+func (c *Consensus) checkRevocations(ctx context.Context, der []byte, current *x509.RevocationList) error {
+	ownerPEM, err := os.ReadFile(c.cfg.PKI.Owner())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	owner, err := pki.ParseCertPEM(ownerPEM)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.cfg.PKI.Owner(), err)
+	}
+	crl, err := x509.ParseRevocationList(der)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Client.Get(ctx, keyspace.Revocations, clientv3.WithSerializable())
+	if err != nil {
+		return fmt.Errorf("reading the owner's revocations: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		if current != nil && !slices.Equal(pki.RevokedSerials(crl), pki.RevokedSerials(current)) {
+			return fmt.Errorf("the CRL number %v changes what is revoked, and the owner signed no revocations", crl.Number)
+		}
+		return nil
+	}
+	var stmt authoritypb.Revocations
+	if err := authority.Open(resp.Kvs[0].Value, owner, authority.KindRevocations, &stmt); err != nil {
+		return fmt.Errorf("the owner's revocations: %w", err)
+	}
+	want := slices.Clone(stmt.GetSerials())
+	slices.Sort(want)
+	switch {
+	case crl.Number.Cmp(new(big.Int).SetUint64(stmt.GetNumber())) != 0:
+		return fmt.Errorf("the CRL is number %v, the owner's revocations number %d", crl.Number, stmt.GetNumber())
+	case !slices.Equal(pki.RevokedSerials(crl), want):
+		return fmt.Errorf("the CRL number %v revokes %v, the owner revoked %v", crl.Number, pki.RevokedSerials(crl), want)
+	}
+	return nil
 }
 
 // errLearnerNotReady is etcd's refusal to promote a learner that has not

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"time"
 
@@ -173,8 +174,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 }
 
 // removed checks a node's certificate chain: issued by the cluster CA,
-// and then revoked, or of a node the owner removed (its record's
-// tombstone), or whose etcd member is gone.
+// and then revoked (by the CRL this member put in force), or of a node
+// the owner removed (its record's tombstone), or whose etcd member is
+// gone.
 func (s *Server) removed(ctx context.Context, chain []*x509.Certificate) (bool, error) {
 	if len(chain) == 0 {
 		return false, refuse("present the node's certificate")
@@ -186,19 +188,17 @@ func (s *Server) removed(ctx context.Context, chain []*x509.Certificate) (bool, 
 	if err := chain[0].CheckSignatureFrom(ca.Cert); err != nil {
 		return false, refuse("the certificate is not of this cluster's CA")
 	}
-	resp, err := s.Client.Get(ctx, keyspace.CRL)
+	der, err := os.ReadFile(s.PKI.CRL())
+	if err != nil {
+		return false, fmt.Errorf("reading the CRL in force: %w", err)
+	}
+	crl, err := pki.ParseCRL(der, ca.Cert)
 	if err != nil {
 		return false, err
 	}
-	if len(resp.Kvs) == 1 {
-		crl, err := pki.ParseCRL(resp.Kvs[0].Value, ca.Cert)
-		if err != nil {
-			return false, err
-		}
-		for _, e := range crl.RevokedCertificateEntries {
-			if e.SerialNumber.Cmp(chain[0].SerialNumber) == 0 {
-				return true, nil
-			}
+	for _, e := range crl.RevokedCertificateEntries {
+		if e.SerialNumber.Cmp(chain[0].SerialNumber) == 0 {
+			return true, nil
 		}
 	}
 	name := chain[0].Subject.CommonName
@@ -478,19 +478,33 @@ func (s *Server) addLearner(ctx context.Context, name, peerURL string) (uint64, 
 	return 0, fmt.Errorf("etcd says %s is taken, but no member has it", peerURL)
 }
 
-// answer collects what a joining node needs to know of the cluster.
+// answer collects what a joining node needs to know of the cluster. The
+// owner is this member's own, fixed when it bootstrapped or joined: the
+// cluster keeps no owner record in etcd that a member could rewrite; the
+// CRL is the one this member put in force, not etcd's, which a member
+// could have written without the owner's word (consensus.Consensus puts
+// only a CRL that goes with the owner's revocations in force).
 func (s *Server) answer(ctx context.Context, ca *pki.CA) (*joinpb.JoinResponse, error) {
-	resp, err := s.Client.Txn(ctx).Then(
-		clientv3.OpGet(keyspace.CRL), clientv3.OpGet(keyspace.OwnerCert), clientv3.OpGet(keyspace.Cluster),
-	).Commit()
+	resp, err := s.Client.Get(ctx, keyspace.Cluster)
 	if err != nil {
-		return nil, fmt.Errorf("reading the cluster's state: %w", err)
+		return nil, fmt.Errorf("reading the cluster's name: %w", err)
 	}
-	out := &joinpb.JoinResponse{CaCertificate: ca.Cert.Raw, Crl: keyspace.Value(resp, 0), ClusterName: string(keyspace.Value(resp, 2))}
-	if b := keyspace.Value(resp, 1); b != nil {
+	crl, err := os.ReadFile(s.PKI.CRL())
+	if err != nil {
+		return nil, fmt.Errorf("reading the CRL in force: %w", err)
+	}
+	out := &joinpb.JoinResponse{CaCertificate: ca.Cert.Raw, Crl: crl}
+	if len(resp.Kvs) == 1 {
+		out.ClusterName = string(resp.Kvs[0].Value)
+	}
+	switch b, err := os.ReadFile(s.PKI.Owner()); {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("reading this member's owner certificate: %w", err)
+	default:
 		owner, err := pki.ParseCertPEM(b)
 		if err != nil {
-			return nil, fmt.Errorf("the owner certificate in etcd: %w", err)
+			return nil, fmt.Errorf("this member's owner certificate %s: %w", s.PKI.Owner(), err)
 		}
 		out.OwnerCertificate = owner.Raw
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/pki"
@@ -12,8 +13,17 @@ import (
 // Value is the value of the i-th operation of a transaction made of gets,
 // or nil if that key is missing.
 func Value(resp *clientv3.TxnResponse, i int) []byte {
+	if kv := KV(resp, i); kv != nil {
+		return kv.Value
+	}
+	return nil
+}
+
+// KV is the key-value of the i-th operation of a transaction made of
+// gets, or nil if that key is missing.
+func KV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 	if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
-		return kvs[0].Value
+		return kvs[0]
 	}
 	return nil
 }

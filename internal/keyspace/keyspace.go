@@ -33,8 +33,10 @@ const (
 	CAKey  = "/borough/pki/ca-key"
 	// CRL is the cluster's DER revocation list; members put it in force.
 	CRL = "/borough/pki/crl"
-	// OwnerCert is the owner's certificate, PEM, if the cluster has one.
-	OwnerCert = "/borough/pki/owner-cert"
+	// Revocations is the owner's signed statement of what the CRL of the
+	// same number revokes (authoritypb.Revocations): in a cluster with an
+	// owner, members put a CRL in force only with it.
+	Revocations = "/borough/pki/revocations"
 	// Nodes prefixes each node's NodeRecord, by node name.
 	Nodes = "/borough/nodes/"
 	// NodeKeys prefixes the name of the node each admitted key belongs

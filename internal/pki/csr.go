@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -194,4 +195,14 @@ func (ca *CA) Revoke(current *x509.RevocationList, serials []*big.Int, now time.
 	}
 	number := new(big.Int).Add(current.Number, big.NewInt(1))
 	return ca.CRL(number.Int64(), revoked, now)
+}
+
+// RevokedSerials are the serial numbers crl revokes, hex, sorted.
+func RevokedSerials(crl *x509.RevocationList) []string {
+	var out []string
+	for _, e := range crl.RevokedCertificateEntries {
+		out = append(out, e.SerialNumber.Text(16))
+	}
+	slices.Sort(out)
+	return out
 }
