@@ -227,8 +227,10 @@ func enrolmentJoinCommand() *cobra.Command {
 		Use:   "join",
 		Short: "Write an enrolment config that joins a cluster with a ticket",
 		Long: `join writes a binary enrolment config (--out) for a node that joins the
-cluster of --ticket (from 'borough cluster ticket'). The ticket's storage
-policy applies unless --storage-policy says otherwise; the network flags are
+cluster of --ticket (from 'borough cluster ticket'). It names the owner
+(borough owner init), whom the node then trusts, and no other: it refuses
+to join a cluster whose members name another. The ticket's storage policy
+applies unless --storage-policy says otherwise; the network flags are
 bootstrap's. The node makes its own key: the config holds no private key,
 but its ticket admits one node, so keep it as you would a password until it
 is used or expires.`,
@@ -259,7 +261,13 @@ func writeJoin(stdout io.Writer, f joinFlags) error {
 	if err != nil {
 		return err
 	}
-	c.Mode = &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: b}}
+	join := &enrolmentpb.Join{Ticket: b}
+	if owner, err := loadOwnerCert(""); err == nil {
+		join.OwnerCertificate = owner.Raw
+	} else {
+		fmt.Fprintf(stdout, "no owner identity here (%v): the node will take the owner the cluster names\n", err)
+	}
+	c.Mode = &enrolmentpb.Config_Join{Join: join}
 	c.StoragePolicy = t.GetStoragePolicy()
 	if err := f.apply(c); err != nil {
 		return err

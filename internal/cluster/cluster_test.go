@@ -160,7 +160,9 @@ func TestJoinInProcess(t *testing.T) {
 	// B's ticket expires soon after it is used: the removed B replays it
 	// after its expiry, C before.
 	tb := mint(15 * time.Second)
-	b := start(t, ctx, 2, &enrolment.Enrolment{ClusterName: "unit", Ticket: tb}, "")
+	// B's enrolment config names the owner (C's, from before Borough
+	// carried it, does not: C takes the cluster's word).
+	b := start(t, ctx, 2, &enrolment.Enrolment{ClusterName: "unit", Ticket: tb, Owner: ownerCert}, "")
 	b.wait(t, "this node stays a learner until a third node joins")
 	b.wait(t, "node running cluster=unit")
 
@@ -263,7 +265,15 @@ func TestJoinInProcess(t *testing.T) {
 	time.Sleep(time.Until(time.Unix(tb.GetExpires(), 0)))
 	replayRemoved(t, ctx, b, tb, mint)
 
+	// A node whose enrolment config names another owner refuses the
+	// cluster its ticket admits it to.
+	otherOwner, _ := ownerIdentity(t)
+	d := start(t, ctx, 4, &enrolment.Enrolment{ClusterName: "unit", Ticket: mint(0), Owner: otherOwner}, "")
+	d.wait(t, "names the owner "+pki.Fingerprint(ownerCert)+", its enrolment config "+pki.Fingerprint(otherOwner)+
+		": refusing a cluster of another owner")
+
 	cancel()
+	<-d.done
 	for _, m := range []*member{a, b, c} {
 		if err := <-m.done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("member %s: %v", m.ip, err)

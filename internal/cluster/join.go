@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -238,10 +239,8 @@ func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer, re
 		return err
 	}
 	b := consensus.Bundle{CA: ca, Cert: cert, Key: key, CRL: resp.GetCrl()}
-	if der := resp.GetOwnerCertificate(); len(der) > 0 {
-		if b.Owner, err = x509.ParseCertificate(der); err != nil {
-			return fmt.Errorf("the cluster's owner certificate: %w", err)
-		}
+	if b.Owner, err = mg.joinOwner(resp); err != nil {
+		return err
 	}
 	if err := pki.CheckCRL(b.CRL, ca, nil); err != nil {
 		return fmt.Errorf("the cluster's CRL: %w", err)
@@ -299,4 +298,32 @@ func (mg *Manager) reportPromotion(ctx context.Context, c *consensus.Consensus) 
 		}
 	}
 	mg.log.Info("promoted to voter")
+}
+
+// joinOwner is the owner the node trusts once it joined: the one its
+// enrolment config names, which the member that admitted it must name
+// too; or, for a config that names none, the member's.
+func (mg *Manager) joinOwner(resp *joinpb.JoinResponse) (*x509.Certificate, error) {
+	theirs := resp.GetOwnerCertificate()
+	ours := mg.cfg.Enrolment.Owner
+	if ours == nil {
+		if len(theirs) == 0 {
+			return nil, nil
+		}
+		mg.log.Warn("the enrolment config names no owner: trusting the one the cluster names")
+		owner, err := x509.ParseCertificate(theirs)
+		if err != nil {
+			return nil, fmt.Errorf("the cluster's owner certificate: %w", err)
+		}
+		return owner, nil
+	}
+	if !bytes.Equal(theirs, ours.Raw) {
+		theirFP := "none"
+		if c, err := x509.ParseCertificate(theirs); err == nil {
+			theirFP = pki.Fingerprint(c)
+		}
+		return nil, fmt.Errorf("the member that admitted this node names the owner %s, its enrolment config %s: "+
+			"refusing a cluster of another owner", theirFP, pki.Fingerprint(ours))
+	}
+	return ours, nil
 }

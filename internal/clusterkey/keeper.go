@@ -39,7 +39,8 @@ type Keeper struct {
 	// escrow, the node state record and the member directory. The CRL
 	// must be the latest the node wrote; the others may be older copies
 	// of its own (ReadOwn), which let it ask for its key and grant
-	// nothing a newer one would not.
+	// nothing a newer one would not; the member directory only directs
+	// (peerAddresses).
 	Ledger *espledger.Ledger
 	// Local keeps the CUK sealed on the ESP.
 	Local  storage.Escrow
@@ -254,7 +255,7 @@ func (k *Keeper) Get() ([]byte, error) {
 		}
 		return nil, fmt.Errorf("the cluster holds this node's unlock key, but the node's certificate is not on its ESP (%s)", esp.UnlockCert)
 	}
-	addrs, err := peerAddresses(k.Ledger)
+	addrs, err := k.peerAddresses()
 	if err != nil {
 		return nil, err
 	}
@@ -324,9 +325,19 @@ func readRecord(l *espledger.Ledger) (*record, error) {
 }
 
 // peerAddresses returns the unlock responders of the members in the ESP's
-// member directory (internal/cluster writes it), by node name.
-func peerAddresses(l *espledger.Ledger) (map[string]string, error) {
-	b, err := l.ReadOwn(esp.MemberDirectory)
+// member directory (internal/cluster writes it), by node name. The
+// directory says only where the holders are, not who they are: the node
+// checks each holder's certificate against its CA copy and the holder's
+// name against its escrow. So a directory the ESP's ledger cannot vouch
+// for (one written after an older ledger that was put back) is still
+// used, with a warning: a forged one sends the node's requests to the
+// wrong addresses, which denies it its key, as deleting the file would.
+func (k *Keeper) peerAddresses() (map[string]string, error) {
+	b, err := k.Ledger.ReadOwn(esp.MemberDirectory)
+	if r := (*espledger.Refused)(nil); errors.As(err, &r) {
+		k.Log.Warn("using the member directory for the holders' addresses only", "err", err)
+		b, err = os.ReadFile(esp.MemberDirectory.In(k.ESPRoot))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the member directory: %w", err)
 	}

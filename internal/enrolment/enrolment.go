@@ -178,6 +178,14 @@ func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
 			return nil, fieldErr("join.ticket", "%v", err)
 		}
 		e.Ticket, e.ClusterName = t, t.GetClusterName()
+		if e.Owner, err = checkOwner("join.owner_certificate", m.Join.GetOwnerCertificate()); err != nil {
+			return nil, err
+		}
+		if e.Owner != nil && !now.IsZero() {
+			if err := e.CheckClock(now); err != nil {
+				return nil, err
+			}
+		}
 	case *enrolmentpb.Config_Bootstrap:
 		if err := checkBootstrap(e, m.Bootstrap, now); err != nil {
 			return nil, err
@@ -294,37 +302,43 @@ func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error
 		return fieldErr("bootstrap.cluster_name", "%q is not 1 to 63 characters of a-z, 0-9 and '-' starting with a letter", b.GetClusterName())
 	}
 	e.ClusterName = b.GetClusterName()
-	der := b.GetOwnerCertificate()
-	if len(der) == 0 {
-		return nil
+	var err error
+	if e.Owner, err = checkOwner("bootstrap.owner_certificate", b.GetOwnerCertificate()); err != nil || e.Owner == nil || now.IsZero() {
+		return err
 	}
-	const field = "bootstrap.owner_certificate"
+	return e.CheckClock(now)
+}
+
+// checkOwner parses der, the owner certificate in field, if any.
+func checkOwner(field string, der []byte) (*x509.Certificate, error) {
+	if len(der) == 0 {
+		return nil, nil
+	}
 	if len(der) > 10 && string(der[:10]) == "-----BEGIN" {
-		return fieldErr(field, "is PEM; give the DER form (borough enrolment bootstrap converts it)")
+		return nil, fieldErr(field, "is PEM; give the DER form (borough enrolment bootstrap|join converts it)")
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return fieldErr(field, "is not an X.509 certificate: %v", err)
+		return nil, fieldErr(field, "is not an X.509 certificate: %v", err)
 	}
 	switch {
 	case cert.Version != 3:
-		return fieldErr(field, "is an X.509 v%d certificate; the owner's must be v3, with its key usages (borough owner init makes one)", cert.Version)
+		return nil, fieldErr(field, "is an X.509 v%d certificate; the owner's must be v3, with its key usages (borough owner init makes one)", cert.Version)
 	case !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth):
-		return fieldErr(field, "does not allow client authentication (extended key usage clientAuth), which is what the owner uses it for")
+		return nil, fieldErr(field, "does not allow client authentication (extended key usage clientAuth), which is what the owner uses it for")
 	case cert.IsCA:
-		return fieldErr(field, "is a CA certificate; give the owner's own (leaf) certificate, since the cluster trusts it as a root")
+		return nil, fieldErr(field, "is a CA certificate; give the owner's own (leaf) certificate, since the cluster trusts it as a root")
 	}
-	e.Owner = cert
-	if now.IsZero() {
-		return nil
-	}
-	return e.CheckClock(now)
+	return cert, nil
 }
 
 // CheckClock checks, at time now, what has a validity period: the owner's
 // certificate. A fresh node checks it once its clock is set (timesync).
 func (e *Enrolment) CheckClock(now time.Time) error {
-	const field = "bootstrap.owner_certificate"
+	field := "bootstrap.owner_certificate"
+	if e.Ticket != nil {
+		field = "join.owner_certificate"
+	}
 	switch {
 	case e.Owner == nil:
 	case now.Before(e.Owner.NotBefore):

@@ -94,7 +94,11 @@ func interfaces(list ...*enrolmentpb.Interface) *enrolmentpb.Config {
 }
 
 func join(ticket []byte) *enrolmentpb.Config {
-	return &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: ticket}}}
+	return joinOwned(ticket, nil)
+}
+
+func joinOwned(ticket, owner []byte) *enrolmentpb.Config {
+	return &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: ticket, OwnerCertificate: owner}}}
 }
 
 func validTicket(t testing.TB) []byte {
@@ -202,6 +206,12 @@ func TestCheck(t *testing.T) {
 			wantField: "bootstrap.owner_certificate", wantText: "not valid before"},
 		{name: "expired owner", config: bootstrap("prod", cert(t, false, now.AddDate(-2, 0, 0))),
 			wantField: "bootstrap.owner_certificate", wantText: "expired"},
+		{name: "joiner's garbage owner", config: joinOwned(validTicket(t), []byte("not a certificate")),
+			wantField: "join.owner_certificate", wantText: "not an X.509 certificate"},
+		{name: "joiner's CA owner", config: joinOwned(validTicket(t), cert(t, true, now.AddDate(0, -1, 0))),
+			wantField: "join.owner_certificate", wantText: "CA certificate"},
+		{name: "joiner's expired owner", config: joinOwned(validTicket(t), cert(t, false, now.AddDate(-2, 0, 0))),
+			wantField: "join.owner_certificate", wantText: "expired"},
 		{name: "unknown policy", config: policy(42), wantField: "storage_policy"},
 		{name: "unknown field", config: withUnknown, wantField: "(unknown)"},
 		{name: "unknown field in bootstrap", config: nestedUnknown, wantField: "bootstrap"},

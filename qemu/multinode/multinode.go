@@ -357,7 +357,7 @@ func (c *Cluster) Ticket(ctx context.Context, p admin.TicketParams) (*enrolmentp
 // JoinConfig writes n's join config with the ticket bytes given (valid
 // or not: tests give bad ones), returning its path.
 func (c *Cluster) JoinConfig(n *Node, ticket []byte) (string, error) {
-	cfg := &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: ticket}},
+	cfg := &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: ticket, OwnerCertificate: c.owner.Certificate[0]}},
 		Network: c.network(n)}
 	return c.writeConfig(n, cfg)
 }
