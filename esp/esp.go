@@ -48,9 +48,10 @@ const (
 	// lets its boot binary and node payload onto their nodes as an update
 	// (internal/update, SignRelease); the node does not read it.
 	ReleaseStatement File = Dir + "/release.sig"
-	// Ledger lists the SHA-256 of every file above that carries
-	// authority, under a MAC, with the count of its writes: nothing trusts
-	// one of those files that does not match it (internal/espledger).
+	// Ledger lists the SHA-256 of the files here that carry authority
+	// and no key of their own (espledger.Covered), under a MAC, with the
+	// count of its writes: nothing trusts one of those files that does
+	// not match it (internal/espledger).
 	Ledger File = Dir + "/ledger.json"
 	// LedgerKey is the ledger's MAC key, sealed to the TPM.
 	LedgerKey File = Dir + "/ledger-key.sealed"
