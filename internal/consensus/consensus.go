@@ -24,8 +24,11 @@
 // cluster manager writes; etcd re-reads the DER CRL on every handshake, on
 // the peer port and on the client port, and the CRL watcher keeps that
 // file equal to the CRL stored in etcd (keyspace.CRL) once it has checked that
-// the cluster CA signed it and that it is newer than the one it replaces:
-// a garbage or rolled-back CRL in etcd must not open or break the ports.
+// the cluster CA signed it, that it is newer than the one it replaces, and,
+// in a cluster with an owner, that it revokes exactly what the owner's
+// signed revocations of its number say (keyspace.Revocations): a garbage
+// or rolled-back CRL in etcd, or one a member signed with the CA key every
+// member holds, must not open or break the ports.
 //
 // A member is started in one of three modes: ModeNew creates a one-member
 // cluster, ModeJoin starts a member the cluster has just added as a
