@@ -32,7 +32,7 @@ func BenchmarkStorage(b *testing.B) {
 			{created, []string{"map", "mkfs", "mount"}, first},
 			{unlocked, []string{"unseal", "map", "fsck", "mount"}, later},
 		} {
-			vm, err := qemu.Start(b.Context(), qemu.Options{Image: img, StateDir: state, TPM: true})
+			vm, err := qemu.Start(b.Context(), qemu.Options{Image: img, StateDir: state, TPM: true, Network: true})
 			if err != nil {
 				b.Fatal(err)
 			}
