@@ -57,8 +57,12 @@ func mintTicket(stdout io.Writer, node string, f ticketFlags) error {
 		}
 	}
 	var t *enrolmentpb.Ticket
-	err := asOwner(node, f.fingerprint, func(ctx context.Context, c *clientv3.Client) (err error) {
-		t, err = admin.MintTicket(ctx, c, p)
+	err := asOwner(node, f.fingerprint, func(ctx context.Context, c *clientv3.Client) error {
+		owner, err := ownerKeyPair()
+		if err != nil {
+			return err
+		}
+		t, err = admin.MintTicket(ctx, c, p, owner)
 		return err
 	})
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/enrolmentpb"
+	"github.com/borough-os/borough/proto/joinpb"
 )
 
 // Connect reaches the cluster at endpoints ("host:port") as the owner,
@@ -81,8 +82,15 @@ type TicketParams struct {
 	StoragePolicy enrolmentpb.StoragePolicy
 }
 
-// MintTicket mints a join ticket and stores its record in the cluster.
-func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams) (*enrolmentpb.Ticket, error) {
+// MintTicket mints a join ticket and stores its record in the cluster,
+// with the owner's signed word for it (owner: the owner's certificate and
+// key; none, for a cluster without an owner), without which no member of
+// a cluster with an owner admits it.
+func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams, owner tls.Certificate) (*enrolmentpb.Ticket, error) {
+	owner, err := withLeaf(owner)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.Cluster), clientv3.OpGet(keyspace.CACert)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster: %w", err)
@@ -102,6 +110,11 @@ func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams) (*enrol
 	}, time.Now())
 	if err != nil {
 		return nil, err
+	}
+	if owner.Leaf != nil {
+		if rec.OwnerStatement, err = signTicket(owner, t, rec); err != nil {
+			return nil, err
+		}
 	}
 	b, err := proto.Marshal(rec)
 	if err != nil {
@@ -163,6 +176,10 @@ type Removal struct {
 // member but still trusted is worse than a member whose certificate no
 // longer works. Removing a node again finishes a removal cut short.
 func RemoveNode(ctx context.Context, c *clientv3.Client, name string, owner tls.Certificate) (Removal, error) {
+	owner, err := withLeaf(owner)
+	if err != nil {
+		return Removal{}, err
+	}
 	nr, err := tombstone(ctx, c, name)
 	if err != nil {
 		return Removal{}, err
@@ -299,9 +316,9 @@ func revocationOps(ca *pki.CA, current *x509.RevocationList, stmtKV *mvccpb.KeyV
 	if !slices.Contains(next.Nodes, name) {
 		next.Nodes = append(next.Nodes, name)
 	}
-	key, ok := owner.PrivateKey.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("the owner's key is a %T, which cannot sign", owner.PrivateKey)
+	key, err := ownerSigner(owner)
+	if err != nil {
+		return nil, err
 	}
 	stmt, err := authority.Sign(owner.Leaf, key, authority.KindRevocations, next)
 	if err != nil {
@@ -320,4 +337,39 @@ func parseSerials(hexes []string) ([]*big.Int, error) {
 		serials = append(serials, s)
 	}
 	return serials, nil
+}
+
+// signTicket is the owner's signed word for ticket t, whose record the
+// cluster keeps as rec.
+func signTicket(owner tls.Certificate, t *enrolmentpb.Ticket, rec *joinpb.TicketRecord) ([]byte, error) {
+	key, err := ownerSigner(owner)
+	if err != nil {
+		return nil, err
+	}
+	return authority.Sign(owner.Leaf, key, authority.KindTicket, &authoritypb.Ticket{
+		Cluster: t.GetClusterName(), Id: t.GetId(), SecretSha256: rec.GetSecretSha256(),
+		Expires: rec.GetExpires(), LearnerForGood: rec.GetLearnerForGood(),
+	})
+}
+
+// ownerSigner is the owner's key, to sign statements with.
+func ownerSigner(owner tls.Certificate) (crypto.Signer, error) {
+	key, ok := owner.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("the owner's key is a %T, which cannot sign", owner.PrivateKey)
+	}
+	return key, nil
+}
+
+// withLeaf returns owner with its certificate parsed, if it has one.
+func withLeaf(owner tls.Certificate) (tls.Certificate, error) {
+	if owner.Leaf != nil || len(owner.Certificate) == 0 {
+		return owner, nil
+	}
+	leaf, err := x509.ParseCertificate(owner.Certificate[0])
+	if err != nil {
+		return owner, fmt.Errorf("the owner's certificate: %w", err)
+	}
+	owner.Leaf = leaf
+	return owner, nil
 }

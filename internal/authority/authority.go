@@ -40,6 +40,8 @@ const (
 	KindRelease Kind = "release"
 	// KindRevocations is an authoritypb.Revocations.
 	KindRevocations Kind = "revocations"
+	// KindTicket is an authoritypb.Ticket.
+	KindTicket Kind = "ticket"
 )
 
 // domain starts every signed message: nothing else the owner's key

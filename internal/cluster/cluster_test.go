@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/espledger"
@@ -35,7 +36,9 @@ import (
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/enrolmentpb"
+	"github.com/borough-os/borough/proto/joinpb"
 )
 
 // logBuffer is a log that tests read while members write it.
@@ -150,7 +153,7 @@ func TestJoinInProcess(t *testing.T) {
 	mint := func(ttl time.Duration) *enrolmentpb.Ticket {
 		tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer tcancel()
-		tk, err := admin.MintTicket(tctx, cl, admin.TicketParams{TTL: ttl})
+		tk, err := admin.MintTicket(tctx, cl, admin.TicketParams{TTL: ttl}, owner)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,6 +194,8 @@ func TestJoinInProcess(t *testing.T) {
 			t.Errorf("a ticket with %s: %v; want a refusal that names neither the cluster nor a node", what, err)
 		}
 	}
+
+	rogueTickets(t, ctx, cl, tb)
 
 	tc := mint(0)
 	c := start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: tc}, "")
@@ -379,5 +384,67 @@ func rogueCRLs(t *testing.T, ctx context.Context, cl *clientv3.Client, members .
 				t.Errorf("a rogue CRL %s: member %s put it in force (%v)", tc.name, m.ip, err)
 			}
 		}
+	}
+}
+
+// rogueTickets plays a member compromised while running, which can write
+// etcd: it stores the record of a ticket of its own making, without the
+// owner's word and then with a stranger's, and the record of a ticket the
+// owner signed with a longer expiry. The join endpoint admits none, and
+// answers each as it does a ticket it does not know.
+func rogueTickets(t *testing.T, ctx context.Context, cl *clientv3.Client, like *enrolmentpb.Ticket) {
+	t.Helper()
+	_, stranger := ownerIdentity(t)
+	for _, tc := range []struct {
+		name string
+		sign func(*enrolmentpb.Ticket, *joinpb.TicketRecord)
+	}{
+		{"no owner's word", func(*enrolmentpb.Ticket, *joinpb.TicketRecord) {}},
+		{"a stranger's word", func(tk *enrolmentpb.Ticket, rec *joinpb.TicketRecord) {
+			stmt, err := authority.Sign(stranger.Leaf, stranger.PrivateKey.(crypto.Signer), authority.KindTicket, &authoritypb.Ticket{
+				Cluster: tk.GetClusterName(), Id: tk.GetId(), SecretSha256: rec.GetSecretSha256(), Expires: rec.GetExpires()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.OwnerStatement = stmt
+		}},
+	} {
+		tk, rec, err := ticket.Mint(ticket.Params{Cluster: like.GetClusterName(), CAFingerprint: like.GetCaFingerprint(),
+			Endpoints: like.GetJoinEndpoints()}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.sign(tk, rec)
+		b, _ := proto.Marshal(rec)
+		if _, err := cl.Put(ctx, ticket.Key(tk.GetId()), string(b)); err != nil {
+			t.Fatal(err)
+		}
+		var refusal *join.Refusal
+		if err := join.Check(ctx, tk); !errors.As(err, &refusal) || !strings.Contains(err.Error(), "no such ticket") {
+			t.Errorf("a ticket minted by a member, with %s: %v; want it refused as unknown", tc.name, err)
+		}
+	}
+
+	// The owner's ticket like, its expiry moved an hour on; then put back.
+	key := ticket.Key(like.GetId())
+	resp, err := cl.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reading the record of an owner's ticket: %v", err)
+	}
+	var rec joinpb.TicketRecord
+	if err := proto.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Expires += 3600
+	b, _ := proto.Marshal(&rec)
+	if _, err := cl.Put(ctx, key, string(b)); err != nil {
+		t.Fatal(err)
+	}
+	var refusal *join.Refusal
+	if err := join.Check(ctx, like); !errors.As(err, &refusal) || !strings.Contains(err.Error(), "no such ticket") {
+		t.Errorf("an owner's ticket whose record a member changed: %v; want it refused as unknown", err)
+	}
+	if _, err := cl.Put(ctx, key, string(resp.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -52,7 +52,7 @@ func BenchmarkJoinFlood(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cl.Close()
-	tk, err := admin.MintTicket(ctx, cl, admin.TicketParams{})
+	tk, err := admin.MintTicket(ctx, cl, admin.TicketParams{}, owner)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -259,7 +259,7 @@ func newJoinCrashCluster(t *testing.T, n int, snapshots uint64) *joinCrashCluste
 func (j *joinCrashCluster) run(t *testing.T, c joinCrash, ip string, bySnapshot bool) {
 	ctx, cancel := context.WithTimeout(j.ctx, 3*time.Minute)
 	defer cancel()
-	tk, err := admin.MintTicket(ctx, j.cl, admin.TicketParams{})
+	tk, err := admin.MintTicket(ctx, j.cl, admin.TicketParams{}, j.owner)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package join
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -22,11 +23,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/httpsserve"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/joinpb"
 )
 
@@ -250,7 +253,43 @@ func (s *Server) record(ctx context.Context, req *joinpb.JoinRequest) (*joinpb.T
 	if err := proto.Unmarshal(kvs[0].Value, &rec); err != nil {
 		return nil, 0, fmt.Errorf("the cluster's record of the ticket is damaged: %w", err)
 	}
+	if err := s.ownersTicket(req, &rec); err != nil {
+		s.Log.Warn("refusing a ticket the owner did not sign, as if there were none", "ticket", fmt.Sprintf("%x", req.GetTicketId()), "err", err)
+		return nil, 0, nil
+	}
 	return &rec, kvs[0].ModRevision, nil
+}
+
+// ownersTicket checks, in a cluster with an owner, that rec carries the
+// owner's signed word for the request's ticket: any member can write a
+// ticket record to etcd, only the owner can sign one.
+func (s *Server) ownersTicket(req *joinpb.JoinRequest, rec *joinpb.TicketRecord) error {
+	b, err := os.ReadFile(s.PKI.Owner())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	owner, err := pki.ParseCertPEM(b)
+	if err != nil {
+		return fmt.Errorf("this member's owner certificate: %w", err)
+	}
+	if len(rec.GetOwnerStatement()) == 0 {
+		return errors.New("its record carries no statement of the owner's")
+	}
+	var t authoritypb.Ticket
+	if err := authority.Open(rec.GetOwnerStatement(), owner, authority.KindTicket, &t); err != nil {
+		return err
+	}
+	switch {
+	case t.GetCluster() != req.GetClusterName() || !bytes.Equal(t.GetId(), req.GetTicketId()):
+		return fmt.Errorf("the owner's statement is for ticket %x of cluster %q", t.GetId(), t.GetCluster())
+	case !bytes.Equal(t.GetSecretSha256(), rec.GetSecretSha256()) || t.GetExpires() != rec.GetExpires() ||
+		t.GetLearnerForGood() != rec.GetLearnerForGood():
+		return errors.New("the record's secret, expiry or role is not what the owner signed")
+	}
+	return nil
 }
 
 // admitError is the refusal of a ticket ticket.Admit did not admit: the

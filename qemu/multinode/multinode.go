@@ -351,7 +351,7 @@ func (c *Cluster) Ticket(ctx context.Context, p admin.TicketParams) (*enrolmentp
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return admin.MintTicket(ctx, cl, p)
+	return admin.MintTicket(ctx, cl, p, c.owner)
 }
 
 // JoinConfig writes n's join config with the ticket bytes given (valid
