@@ -65,14 +65,9 @@ func (mg *Manager) Owner() *x509.Certificate {
 	if mg.cfg.DataRoot == "" {
 		return nil
 	}
-	b, err := os.ReadFile(mg.pkiFiles().Owner())
-	if err != nil {
-		return nil
-	}
-	owner, err := pki.ParseCertPEM(b)
+	owner, err := mg.pkiFiles().LoadOwner()
 	if err != nil {
 		mg.log.Warn("the owner's certificate on the data volume", "error", err)
-		return nil
 	}
 	return owner
 }

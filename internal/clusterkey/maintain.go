@@ -86,16 +86,9 @@ func (k *Keeper) sealForOwner(m Member) error {
 	if !k.OwnerRecovery || luk == nil || cuk == nil {
 		return nil
 	}
-	ownerPEM, err := os.ReadFile(m.PKI.Owner())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	owner, err := m.PKI.LoadOwner()
+	if owner == nil || err != nil {
 		return err
-	}
-	owner, err := pki.ParseCertPEM(ownerPEM)
-	if err != nil {
-		return fmt.Errorf("%s: %w", m.PKI.Owner(), err)
 	}
 	fp := pki.Fingerprint(owner)
 	var old escrow.OwnerRecovery

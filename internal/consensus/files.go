@@ -3,7 +3,9 @@ package consensus
 import (
 	"crypto"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -25,6 +27,23 @@ func (f Files) CRL() string     { return filepath.Join(f.Dir, "crl.der") }
 // their owner by (a joined node's enrolment does not name it); absent for
 // a cluster without an owner.
 func (f Files) Owner() string { return filepath.Join(f.Dir, "owner.pem") }
+
+// LoadOwner reads the owner's certificate; nil, for a cluster without an
+// owner.
+func (f Files) LoadOwner() (*x509.Certificate, error) {
+	b, err := os.ReadFile(f.Owner())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	owner, err := pki.ParseCertPEM(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Owner(), err)
+	}
+	return owner, nil
+}
 
 // CAKey is the node's copy of the cluster CA's key, with which it gives
 // itself a new certificate when its address changed while it was down

@@ -107,16 +107,9 @@ func (c *Consensus) checkCRL(ctx context.Context, der []byte) error {
 // CRL may only revoke what current does (the CRL of a cluster before its
 // owner first removed a node).
 func (c *Consensus) checkRevocations(ctx context.Context, der []byte, current *x509.RevocationList) error {
-	ownerPEM, err := os.ReadFile(c.cfg.PKI.Owner())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	owner, err := c.cfg.PKI.LoadOwner()
+	if owner == nil || err != nil {
 		return err
-	}
-	owner, err := pki.ParseCertPEM(ownerPEM)
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.cfg.PKI.Owner(), err)
 	}
 	crl, err := x509.ParseRevocationList(der)
 	if err != nil {

@@ -264,16 +264,9 @@ func (s *Server) record(ctx context.Context, req *joinpb.JoinRequest) (*joinpb.T
 // owner's signed word for the request's ticket: any member can write a
 // ticket record to etcd, only the owner can sign one.
 func (s *Server) ownersTicket(req *joinpb.JoinRequest, rec *joinpb.TicketRecord) error {
-	b, err := os.ReadFile(s.PKI.Owner())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	owner, err := s.PKI.LoadOwner()
+	if owner == nil || err != nil {
 		return err
-	}
-	owner, err := pki.ParseCertPEM(b)
-	if err != nil {
-		return fmt.Errorf("this member's owner certificate: %w", err)
 	}
 	if len(rec.GetOwnerStatement()) == 0 {
 		return errors.New("its record carries no statement of the owner's")
@@ -536,15 +529,11 @@ func (s *Server) answer(ctx context.Context, ca *pki.CA) (*joinpb.JoinResponse, 
 	if len(resp.Kvs) == 1 {
 		out.ClusterName = string(resp.Kvs[0].Value)
 	}
-	switch b, err := os.ReadFile(s.PKI.Owner()); {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return nil, fmt.Errorf("reading this member's owner certificate: %w", err)
-	default:
-		owner, err := pki.ParseCertPEM(b)
-		if err != nil {
-			return nil, fmt.Errorf("this member's owner certificate %s: %w", s.PKI.Owner(), err)
-		}
+	owner, err := s.PKI.LoadOwner()
+	if err != nil {
+		return nil, fmt.Errorf("this member's owner certificate: %w", err)
+	}
+	if owner != nil {
 		out.OwnerCertificate = owner.Raw
 	}
 	list, err := s.Client.MemberList(ctx)
