@@ -218,7 +218,7 @@ func openLedger(log *slog.Logger, sealer *seals.Sealer) *espledger.Ledger {
 	if sealer.Book == nil {
 		log.Warn("no TPM in use: nothing on the ESP can be authenticated; whoever can write the disk while the " +
 			"machine is off can change the CA, CRL and peers this node trusts before its data volume opens")
-		return espledger.Unauthenticated(storage.ESPRoot, log)
+		return espledger.Unauthenticated(storage.ESPRoot)
 	}
 	l, err := espledger.Open(storage.ESPRoot, sealer, log)
 	if err != nil {

@@ -72,7 +72,7 @@ func startUpdates(log *slog.Logger, st *storage.Storage) *updater {
 	if sha, err := os.ReadFile("/" + payload.Hash); err == nil {
 		u.running.PayloadSHA = strings.TrimSpace(string(sha))
 	}
-	if u.rec, err = update.ReadRecord(espledger.Unauthenticated(storage.ESPRoot, log)); err != nil {
+	if u.rec, err = update.ReadRecord(espledger.Unauthenticated(storage.ESPRoot)); err != nil {
 		log.Warn("ignoring the update record", "err", err)
 	}
 	u.outcome = update.Decide(u.rec, slot)

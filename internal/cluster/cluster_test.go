@@ -97,7 +97,7 @@ func startWith(t testing.TB, ctx context.Context, n int, e *enrolment.Enrolment,
 	m.mgr = New(slog.New(console.NewHandler(m.log)))
 	m.mgr.Configure(Config{
 		Enrolment: e, FreshData: fresh, IP: m.ip,
-		ESPRoot: filepath.Join(dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"), nil), DataRoot: filepath.Join(dir, "data"),
+		ESPRoot: filepath.Join(dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp")), DataRoot: filepath.Join(dir, "data"),
 		overrides: ov,
 	})
 	if err := m.mgr.Preflight(ctx, filepath.Join(dir, "esp"), e); err != nil {

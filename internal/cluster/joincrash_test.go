@@ -78,7 +78,7 @@ func runJoiner(specJSON string) error {
 	mg := New(slog.New(console.NewHandler(os.Stdout)))
 	mg.Configure(Config{
 		Enrolment: e, FreshData: errors.Is(statErr, os.ErrNotExist), IP: netip.MustParseAddr(spec.IP),
-		ESPRoot: filepath.Join(spec.Dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(spec.Dir, "esp"), nil), DataRoot: data,
+		ESPRoot: filepath.Join(spec.Dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(spec.Dir, "esp")), DataRoot: data,
 		Pause: func(step string) {
 			if step == spec.Pause {
 				fmt.Println("paused after " + step)

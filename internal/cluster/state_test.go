@@ -190,7 +190,7 @@ func TestAlone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			mg := New(slog.New(console.NewHandler(io.Discard)))
-			mg.Configure(Config{DataRoot: filepath.Join(dir, "data"), ESPRoot: filepath.Join(dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"), nil)})
+			mg.Configure(Config{DataRoot: filepath.Join(dir, "data"), ESPRoot: filepath.Join(dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"))})
 			mg.retimed = tc.retimed
 			if tc.directory != nil {
 				d := &directory{Cluster: "prod", Members: map[string][]string{}}

@@ -46,7 +46,7 @@ func TestReadRecord(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			write(t, root, esp.NodeState, []byte(tc.content))
-			r, err := readRecord(espledger.Unauthenticated(root, nil))
+			r, err := readRecord(espledger.Unauthenticated(root))
 			if tc.want == "" {
 				if err != nil || r.Node != "node-0a1b2c3d" {
 					t.Errorf("readRecord = %+v, %v", r, err)
@@ -64,7 +64,7 @@ func TestReadRecord(t *testing.T) {
 // so.
 func TestGetWithoutKey(t *testing.T) {
 	root := t.TempDir()
-	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root, nil)}
+	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root)}
 	if _, err := k.Get(); err == nil || !strings.Contains(err.Error(), "neither sealed on the ESP") {
 		t.Errorf("Get = %v, want an error naming both places", err)
 	}
@@ -105,7 +105,7 @@ func TestCRLInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root, nil), Log: slog.New(slog.DiscardHandler)}
+	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Log: slog.New(slog.DiscardHandler)}
 	if err := os.MkdirAll(filepath.Dir(esp.UnlockCRL.In(k.ESPRoot)), 0o755); err != nil {
 		t.Fatal(err)
 	}

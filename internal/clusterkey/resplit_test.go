@@ -121,7 +121,7 @@ func TestReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root, nil), Local: local, Log: slog.New(slog.DiscardHandler), id: &self.id, cuk: cuk}
+	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Local: local, Log: slog.New(slog.DiscardHandler), id: &self.id, cuk: cuk}
 
 	steps := []struct {
 		name string
@@ -208,7 +208,7 @@ func names(peers []*peer) []string {
 // checkESP checks the escrow and the locally sealed CUK on the ESP.
 func checkESP(t *testing.T, root string, epoch uint64, holders []string, local bool) {
 	t.Helper()
-	e, err := readEscrow(espledger.Unauthenticated(root, nil))
+	e, err := readEscrow(espledger.Unauthenticated(root))
 	switch {
 	case epoch == 0 && err == nil:
 		t.Errorf("an escrow of epoch %d is on the ESP, want none", e.Binding.Epoch)
@@ -234,7 +234,7 @@ func checkESP(t *testing.T, root string, epoch uint64, holders []string, local b
 func bootGet(t *testing.T, root string, local storage.Escrow, self *peer, others []*peer) []byte {
 	t.Helper()
 	defer serving(t, others)()
-	boot := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root, nil), Local: local, Log: slog.New(slog.DiscardHandler), id: &self.id}
+	boot := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Local: local, Log: slog.New(slog.DiscardHandler), id: &self.id}
 	done := make(chan struct{})
 	var got []byte
 	var err error

@@ -44,7 +44,7 @@ func TestOldSealedKeyPutBack(t *testing.T) {
 	boot := func() (*Keeper, *bytes.Buffer) {
 		book := &seals.Book{TPM: tp, BootPCRs: pcrs, Epoch: epoch}
 		var log bytes.Buffer
-		return &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root, nil), Local: storage.LocalEscrow(root, keyfile.TPMRequired, book),
+		return &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Local: storage.LocalEscrow(root, keyfile.TPMRequired, book),
 			Sealer: &seals.Sealer{Book: book}, Log: slog.New(slog.NewTextHandler(&log, nil))}, &log
 	}
 

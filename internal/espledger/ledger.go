@@ -101,8 +101,8 @@ type Ledger struct {
 
 // Unauthenticated returns a ledger that checks nothing, for a node
 // without a TPM in use.
-func Unauthenticated(root string, log *slog.Logger) *Ledger {
-	return &Ledger{root: root, log: log}
+func Unauthenticated(root string) *Ledger {
+	return &Ledger{root: root}
 }
 
 // Refusing returns a ledger that refuses every covered file there is and
@@ -128,7 +128,7 @@ func Open(root string, s *seals.Sealer, log *slog.Logger) (*Ledger, error) {
 		return nil, errors.New("opening the ESP ledger: no TPM in use")
 	}
 	l := &Ledger{root: root, log: log, counter: s.Book.TPM, sealer: s}
-	if err := l.openKey(s); err != nil {
+	if err := l.openKey(); err != nil {
 		return nil, err
 	}
 	count, first, err := l.counter.Count(tpm.LedgerCounter)
@@ -165,11 +165,11 @@ func Open(root string, s *seals.Sealer, log *slog.Logger) (*Ledger, error) {
 
 // openKey unseals the ledger's key, or makes and seals one if the ESP has
 // none.
-func (l *Ledger) openKey(s *seals.Sealer) error {
+func (l *Ledger) openKey() error {
 	path := esp.LedgerKey.In(l.root)
 	b, err := os.ReadFile(path)
 	if err == nil {
-		if l.key, err = s.Unseal(path, b); err != nil {
+		if l.key, err = l.sealer.Unseal(path, b); err != nil {
 			return fmt.Errorf("unsealing the ESP ledger's key %s: %w", esp.LedgerKey, err)
 		}
 		return nil
@@ -177,14 +177,14 @@ func (l *Ledger) openKey(s *seals.Sealer) error {
 	if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("reading the ESP ledger's key: %w", err)
 	}
-	return l.newKey(s)
+	return l.newKey()
 }
 
 // newKey makes and seals a new key: every ledger before it fails its MAC.
-func (l *Ledger) newKey(s *seals.Sealer) error {
+func (l *Ledger) newKey() error {
 	l.key = make([]byte, 32)
 	rand.Read(l.key)
-	sealed, err := s.Seal(esp.LedgerKey.In(l.root), l.key)
+	sealed, err := l.sealer.Seal(esp.LedgerKey.In(l.root), l.key)
 	if err != nil {
 		return fmt.Errorf("sealing the ESP ledger's key: %w", err)
 	}
@@ -227,7 +227,7 @@ func (l *Ledger) Confirm(dataRoot string) error {
 	l.refused = fmt.Errorf("%s was not sealed by this node: its key is not the one the data volume records", esp.LedgerKey)
 	l.log.Error("refusing every file the ESP's ledger covers, and the ledger's key: someone ran their own code "+
 		"against this machine's TPM; making a new key", "err", l.refused)
-	if err := l.newKey(l.sealer); err != nil {
+	if err := l.newKey(); err != nil {
 		return err
 	}
 	l.m.Files, l.m.Older = map[esp.File][]string{}, nil

@@ -275,7 +275,7 @@ func TestWriteUnchanged(t *testing.T) {
 // they are.
 func TestUnauthenticated(t *testing.T) {
 	n := &node{root: t.TempDir()}
-	l := Unauthenticated(n.root, slog.New(slog.DiscardHandler))
+	l := Unauthenticated(n.root)
 	write(t, l, map[esp.File][]byte{esp.UnlockCRL: crlV1})
 	n.put(t, esp.UnlockCRL, crlV2)
 	if b, err := l.Read(esp.UnlockCRL); err != nil || string(b) != string(crlV2) {

@@ -179,7 +179,7 @@ func TestInstallRefusedWritesNothing(t *testing.T) {
 	os.WriteFile(stale, []byte("a stale one"), 0o600)
 	owner, other := owners(t)
 	u := signed(t, other, "1.1.0", []byte("new payload"), false)
-	if _, err := Install(root, espledger.Unauthenticated(root, nil), Running{Slot: A, Version: "1.0.0"}, u, owner.Cert); err == nil {
+	if _, err := Install(root, espledger.Unauthenticated(root), Running{Slot: A, Version: "1.0.0"}, u, owner.Cert); err == nil {
 		t.Fatal("Install took an update signed by another key")
 	}
 	files, _ := filepath.Glob(filepath.Join(root, esp.Dir, "*"))
@@ -205,7 +205,7 @@ func TestInstallAndArm(t *testing.T) {
 	running := Running{Slot: A, Version: "1.0.0", PayloadSHA: sha(oldPayload)}
 	owner, _ := owners(t)
 	u := signed(t, owner, "1.1.0", newPayload, false)
-	rec, err := Install(root, espledger.Unauthenticated(root, nil), running, u, owner.Cert)
+	rec, err := Install(root, espledger.Unauthenticated(root), running, u, owner.Cert)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestInstallAndArm(t *testing.T) {
 	if b, _ := os.ReadFile(esp.BootBinary.In(root)); string(b) != "slot A" {
 		t.Error("the running slot was written")
 	}
-	back, err := ReadRecord(espledger.Unauthenticated(root, nil))
+	back, err := ReadRecord(espledger.Unauthenticated(root))
 	if err != nil || *back != *rec {
 		t.Errorf("ReadRecord = %+v, %v", back, err)
 	}
@@ -237,13 +237,13 @@ func TestInstallAndArm(t *testing.T) {
 	if _, next, _ := efivar.Read(efivars, "BootNext", efivar.GlobalVariable); hex.EncodeToString(next) != "0bb0" {
 		t.Errorf("BootNext = %x, want slot B's entry B00B", next)
 	}
-	if err := Confirm(efivars, espledger.Unauthenticated(root, nil), rec); err != nil {
+	if err := Confirm(efivars, espledger.Unauthenticated(root), rec); err != nil {
 		t.Fatal(err)
 	}
 	if order, _ := efivar.BootOrder(efivars); fmt.Sprint(order) != fmt.Sprint([]uint16{0xB00B, 0xB00A}) {
 		t.Errorf("BootOrder after confirming B = %x", order)
 	}
-	if back, _ := ReadRecord(espledger.Unauthenticated(root, nil)); back.State != Confirmed {
+	if back, _ := ReadRecord(espledger.Unauthenticated(root)); back.State != Confirmed {
 		t.Errorf("record after Confirm: %+v", back)
 	}
 }
@@ -258,12 +258,12 @@ func TestReadRecordBad(t *testing.T) {
 			root := t.TempDir()
 			os.MkdirAll(filepath.Dir(esp.UpdateRecord.In(root)), 0o700)
 			os.WriteFile(esp.UpdateRecord.In(root), []byte(tc.data), 0o600)
-			if _, err := ReadRecord(espledger.Unauthenticated(root, nil)); err == nil || !strings.Contains(err.Error(), tc.err) {
+			if _, err := ReadRecord(espledger.Unauthenticated(root)); err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("ReadRecord = %v, want %q", err, tc.err)
 			}
 		})
 	}
-	if r, err := ReadRecord(espledger.Unauthenticated(t.TempDir(), nil)); r != nil || err != nil {
+	if r, err := ReadRecord(espledger.Unauthenticated(t.TempDir())); r != nil || err != nil {
 		t.Errorf("ReadRecord without a record = %v, %v", r, err)
 	}
 }
