@@ -245,7 +245,7 @@ func (k *Keeper) Get() ([]byte, error) {
 			return nil, fmt.Errorf("erasing %s: %w", esp.ClusterKeyEscrow, err)
 		}
 	}
-	e, err := readEscrow(k.Ledger)
+	e, err := parseEscrow(k.readDirecting(esp.CUKEscrow))
 	if err != nil {
 		return nil, err
 	}
@@ -282,9 +282,13 @@ func (k *Keeper) remember(cuk []byte) {
 	k.cuk = slices.Clone(cuk)
 }
 
-// readEscrow reads the escrow on the ESP.
+// readEscrow reads the escrow on the ESP, as the ledger vouches for it.
 func readEscrow(l *espledger.Ledger) (*escrow.Escrow, error) {
-	b, err := l.ReadOwn(esp.CUKEscrow)
+	return parseEscrow(l.ReadOwn(esp.CUKEscrow))
+}
+
+// parseEscrow parses the escrow read as b, err.
+func parseEscrow(b []byte, err error) (*escrow.Escrow, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no cluster unlock key: neither sealed on the ESP (%s) nor escrowed with the peers (%s)",
 			esp.ClusterKeyEscrow, esp.CUKEscrow)
@@ -324,20 +328,28 @@ func readRecord(l *espledger.Ledger) (*record, error) {
 	return &r, nil
 }
 
-// peerAddresses returns the unlock responders of the members in the ESP's
-// member directory (internal/cluster writes it), by node name. The
-// directory says only where the holders are, not who they are: the node
-// checks each holder's certificate against its CA copy and the holder's
-// name against its escrow. So a directory the ESP's ledger cannot vouch
-// for (one written after an older ledger that was put back) is still
-// used, with a warning: a forged one sends the node's requests to the
-// wrong addresses, which denies it its key, as deleting the file would.
-func (k *Keeper) peerAddresses() (map[string]string, error) {
-	b, err := k.Ledger.ReadOwn(esp.MemberDirectory)
+// readDirecting reads f, a file that only directs the node's requests
+// for its key, even where the ESP's ledger cannot vouch for it (written
+// after an older ledger that was put back), with a warning: the member
+// directory says where the holders are, the escrow which holders to ask
+// and how to check and combine their shares. The node checks each
+// holder's certificate against its CA copy and its name against the
+// escrow, and a key combined from a forged escrow opens nothing: a forged
+// file denies the node its key, as deleting it would, and grants nothing.
+func (k *Keeper) readDirecting(f esp.File) ([]byte, error) {
+	b, err := k.Ledger.ReadOwn(f)
 	if r := (*espledger.Refused)(nil); errors.As(err, &r) {
-		k.Log.Warn("using the member directory for the holders' addresses only", "err", err)
-		b, err = os.ReadFile(esp.MemberDirectory.In(k.ESPRoot))
+		k.Log.Warn("using a file the ESP's ledger cannot vouch for, only to ask for the cluster unlock key", "err", err)
+		b, err = os.ReadFile(f.In(k.ESPRoot))
 	}
+	return b, err
+}
+
+// peerAddresses returns the unlock responders of the members in the ESP's
+// member directory (internal/cluster writes it), by node name, read as
+// readDirecting says.
+func (k *Keeper) peerAddresses() (map[string]string, error) {
+	b, err := k.readDirecting(esp.MemberDirectory)
 	if err != nil {
 		return nil, fmt.Errorf("reading the member directory: %w", err)
 	}
