@@ -429,7 +429,7 @@ func (r *faultRun) cutJoin() {
 	r.recovered(time.Since(healed))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := admin.RemoveNode(ctx, r.client(r.nodes...), n.Name, r.owner); err != nil {
+	if _, err := admin.RemoveNode(ctx, r.client(r.nodes...), n.Name, r.owner, nil); err != nil {
 		r.t.Fatalf("removing node%d after its join: %v", n.Index+1, err)
 	}
 	if _, err := n.VM.WaitFor("borough: node failed: removed from cluster", recoveryBound); err != nil {
@@ -450,7 +450,7 @@ func (r *faultRun) replace() {
 	ctx, cancel := context.WithTimeout(context.Background(), multinode.RunTimeout)
 	defer cancel()
 	start := time.Now()
-	if _, err := admin.RemoveNode(ctx, r.client(others...), old.Name, r.owner); err != nil {
+	if _, err := admin.RemoveNode(ctx, r.client(others...), old.Name, r.owner, nil); err != nil {
 		r.t.Fatalf("removing node%d: %v", old.Index+1, err)
 	}
 	if _, err := old.VM.WaitFor("borough: node failed: removed from cluster", recoveryBound); err != nil {

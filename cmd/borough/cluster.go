@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
@@ -109,8 +113,18 @@ func removeNode(stdout io.Writer, node, name, fingerprint string) error {
 		if err != nil {
 			return err
 		}
-		r, err = admin.RemoveNode(ctx, c, name, owner)
-		return err
+		path, err := crlPath(node)
+		if err != nil {
+			return err
+		}
+		remembered, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if r, err = admin.RemoveNode(ctx, c, name, owner, remembered); err != nil || r.CRL == nil {
+			return err
+		}
+		return atomicfile.Write(path, r.CRL, 0o644)
 	})
 	if len(r.Serials) > 0 {
 		fmt.Fprintf(stdout, "revoked the certificates of %s (serials %s)\n", name, strings.Join(r.Serials, ", "))
@@ -124,4 +138,19 @@ func removeNode(stdout io.Writer, node, name, fingerprint string) error {
 	}
 	fmt.Fprintf(stdout, "removed member %s (%x)\n", name, r.MemberID)
 	return nil
+}
+
+// crlPath is where the owner's tool keeps the last CRL it made for the
+// cluster of node's pinned CA: the owner's own record of whom it revoked,
+// which the next removal builds on when a member has rewritten etcd's.
+func crlPath(node string) (string, error) {
+	b, err := os.ReadFile(caPath(node))
+	if err != nil {
+		return "", err
+	}
+	ca, err := pki.ParseCertPEM(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", caPath(node), err)
+	}
+	return filepath.Join(configDir, "revocations", strings.TrimPrefix(pki.Fingerprint(ca), "sha256:")+".der"), nil
 }

@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -163,6 +162,9 @@ type Removal struct {
 	Serials []string
 	// MemberID is the removed etcd member, 0 if it was no longer one.
 	MemberID uint64
+	// CRL is the CRL the removal put in etcd, for the owner's tool to
+	// remember (RemoveNode's remembered); nil without an owner.
+	CRL []byte
 }
 
 // RemoveNode marks node name's record removed (a tombstone the join
@@ -175,7 +177,7 @@ type Removal struct {
 // without one. Revoking comes before the removal: a node that is no
 // member but still trusted is worse than a member whose certificate no
 // longer works. Removing a node again finishes a removal cut short.
-func RemoveNode(ctx context.Context, c *clientv3.Client, name string, owner tls.Certificate) (Removal, error) {
+func RemoveNode(ctx context.Context, c *clientv3.Client, name string, owner tls.Certificate, remembered []byte) (Removal, error) {
 	owner, err := withLeaf(owner)
 	if err != nil {
 		return Removal{}, err
@@ -184,10 +186,14 @@ func RemoveNode(ctx context.Context, c *clientv3.Client, name string, owner tls.
 	if err != nil {
 		return Removal{}, err
 	}
-	if err := revoke(ctx, c, name, nr.Serials, owner); err != nil {
+	der, err := revoke(ctx, c, name, nr.Serials, owner, remembered)
+	if err != nil {
 		return Removal{}, err
 	}
 	r := Removal{Serials: nr.Serials}
+	if owner.Leaf != nil {
+		r.CRL = der
+	}
 	list, err := c.MemberList(ctx)
 	if err != nil {
 		return r, err
@@ -233,86 +239,67 @@ func removeMember(ctx context.Context, c *clientv3.Client, id uint64) error {
 }
 
 // revoke adds serials (hex), node name's certificates, to the cluster's
-// CRL, signed with the CA's key and numbered one higher than the CRL in
-// etcd, and, with an owner, to the owner's signed revocations of the same
-// number, in a transaction that fails if either changed meanwhile.
-func revoke(ctx context.Context, c *clientv3.Client, name string, serialsHex []string, owner tls.Certificate) error {
+// CRL, signed with the CA's key and numbered one higher than the CRL it
+// follows (nextCRL), which, with an owner, carries the owner's signed
+// revocations of the same number (authority.RevocationsExtension), in a
+// transaction that fails if etcd's CRL changed meanwhile, and returns it.
+// remembered is the last CRL the owner's tool made for this cluster, nil
+// if it made none.
+func revoke(ctx context.Context, c *clientv3.Client, name string, serialsHex []string, owner tls.Certificate, remembered []byte) ([]byte, error) {
 	serials, err := parseSerials(serialsHex)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ca, err := keyspace.ReadCA(ctx, c)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.CRL), clientv3.OpGet(keyspace.Revocations), clientv3.OpGet(keyspace.Cluster)).Commit()
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.CRL), clientv3.OpGet(keyspace.Cluster)).Commit()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	crlKV, stmtKV := keyspace.KV(resp, 0), keyspace.KV(resp, 1)
+	crlKV := keyspace.KV(resp, 0)
 	if crlKV == nil {
-		return fmt.Errorf("the cluster has no CRL")
+		return nil, fmt.Errorf("the cluster has no CRL")
 	}
 	current, err := pki.ParseCRL(crlKV.Value, ca.Cert)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ops, err := revocationOps(ca, current, stmtKV, serials, name, string(keyspace.Value(resp, 2)), owner)
+	var mine *x509.RevocationList
+	if remembered != nil {
+		if mine, err = pki.ParseCRL(remembered, ca.Cert); err != nil {
+			return nil, fmt.Errorf("the CRL this owner's tool last made for the cluster: %w", err)
+		}
+	}
+	der, err := nextCRL(ca, current, mine, serials, name, string(keyspace.Value(resp, 1)), owner)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	stmtRev := int64(0)
-	if stmtKV != nil {
-		stmtRev = stmtKV.ModRevision
-	}
-	put, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyspace.CRL), "=", crlKV.ModRevision),
-		clientv3.Compare(clientv3.ModRevision(keyspace.Revocations), "=", stmtRev)).Then(ops...).Commit()
+	put, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(keyspace.CRL), "=", crlKV.ModRevision)).
+		Then(clientv3.OpPut(keyspace.CRL, string(der))).Commit()
 	if err != nil {
-		return fmt.Errorf("storing the CRL: %w", err)
+		return nil, fmt.Errorf("storing the CRL: %w", err)
 	}
 	if !put.Succeeded {
-		return fmt.Errorf("the CRL changed while it was being updated; try again")
+		return nil, fmt.Errorf("the CRL changed while it was being updated; try again")
 	}
-	return nil
+	return der, nil
 }
 
-// revocationOps returns the puts of the CRL that follows current with
-// serials, node name's, added and, with an owner, of the owner's signed
-// revocations that go with it. With an owner the CRL revokes what the
-// owner's last revocations (stmtKV, checked against the owner's key) do,
-// not what current does: a CRL a member put in etcd on its own (which no
-// member put in force) is not carried on. The owner's first revocations
-// start from current.
-func revocationOps(ca *pki.CA, current *x509.RevocationList, stmtKV *mvccpb.KeyValue, serials []*big.Int,
-	name, cluster string, owner tls.Certificate) ([]clientv3.Op, error) {
+// nextCRL is the CRL that follows current, etcd's, with serials, node
+// name's, added and, with an owner, the one that follows the owner's last
+// (ownersLast) carrying the owner's signed revocations that go with it.
+func nextCRL(ca *pki.CA, current, remembered *x509.RevocationList, serials []*big.Int, name, cluster string, owner tls.Certificate) ([]byte, error) {
 	if owner.Leaf == nil {
-		der, err := ca.Revoke(current, serials, time.Now())
-		return []clientv3.Op{clientv3.OpPut(keyspace.CRL, string(der))}, err
+		return ca.Revoke(current, serials, time.Now())
 	}
-	var prev authoritypb.Revocations
-	base := current
-	if stmtKV != nil {
-		if err := authority.Open(stmtKV.Value, owner.Leaf, authority.KindRevocations, &prev); err != nil {
-			return nil, fmt.Errorf("the cluster's revocations: %w", err)
-		}
-		was, err := parseSerials(prev.GetSerials())
-		if err != nil {
-			return nil, err
-		}
-		base = &x509.RevocationList{Number: current.Number}
-		for _, s := range was {
-			base.RevokedCertificateEntries = append(base.RevokedCertificateEntries, x509.RevocationListEntry{SerialNumber: s})
-		}
-	}
-	der, err := ca.Revoke(base, serials, time.Now())
+	base, prev, err := ownersLast(current, remembered, owner.Leaf)
 	if err != nil {
 		return nil, err
 	}
-	crl, err := x509.ParseRevocationList(der)
-	if err != nil {
-		return nil, err
-	}
-	next := &authoritypb.Revocations{Cluster: cluster, Number: crl.Number.Uint64(), Nodes: prev.GetNodes(), Serials: pki.RevokedSerials(crl)}
+	number, revoked := pki.Next(base, serials)
+	next := &authoritypb.Revocations{Cluster: cluster, Number: uint64(number), Nodes: prev.GetNodes(), Serials: pki.Hex(revoked)}
 	if !slices.Contains(next.Nodes, name) {
 		next.Nodes = append(next.Nodes, name)
 	}
@@ -320,11 +307,37 @@ func revocationOps(ca *pki.CA, current *x509.RevocationList, stmtKV *mvccpb.KeyV
 	if err != nil {
 		return nil, err
 	}
-	stmt, err := authority.Sign(owner.Leaf, key, authority.KindRevocations, next)
-	if err != nil {
-		return nil, err
+	return authority.RevocationsCRL(ca, number, revoked, owner.Leaf, key, next, time.Now())
+}
+
+// ownersLast is the owner's last CRL and its revocations: the newer of
+// etcd's (current) and the one the owner's tool remembers making
+// (remembered, nil if none) that carries the owner's revocations, checked
+// against the owner's key, for only the owner signs those, whoever kept
+// them. A member can write etcd's CRL, not the owner's word: one it wrote
+// is passed over. Without either, it is etcd's if that revokes nothing (a
+// cluster whose owner never removed a node).
+func ownersLast(current, remembered *x509.RevocationList, owner *x509.Certificate) (*x509.RevocationList, *authoritypb.Revocations, error) {
+	var base *x509.RevocationList
+	var stmt *authoritypb.Revocations
+	for _, crl := range []*x509.RevocationList{current, remembered} {
+		if crl == nil {
+			continue
+		}
+		r, err := authority.Revocations(crl, owner)
+		if err == nil && r != nil && (base == nil || crl.Number.Cmp(base.Number) > 0) {
+			base, stmt = crl, r
+		}
 	}
-	return []clientv3.Op{clientv3.OpPut(keyspace.CRL, string(der)), clientv3.OpPut(keyspace.Revocations, string(stmt))}, nil
+	switch {
+	case base != nil:
+		return base, stmt, nil
+	case remembered == nil && len(current.RevokedCertificateEntries) == 0:
+		return current, nil, nil
+	}
+	return nil, nil, fmt.Errorf("the cluster's CRL in etcd (number %v) does not carry the owner's revocations, and the "+
+		"owner's tool remembers none of its own for this cluster: a member wrote it; remove the node from where "+
+		"the owner last removed one", current.Number)
 }
 
 func parseSerials(hexes []string) ([]*big.Int, error) {

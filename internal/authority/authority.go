@@ -85,12 +85,9 @@ var (
 // Open checks that b is a statement of kind signed by owner and decodes
 // its body into body.
 func Open(b []byte, owner *x509.Certificate, kind Kind, body proto.Message) error {
-	var s authoritypb.Signed
-	if err := proto.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%w: %w", ErrDamaged, err)
-	}
-	if s.GetKind() != string(kind) {
-		return fmt.Errorf("%w: %q, want %q", ErrKind, s.GetKind(), kind)
+	s, err := decode(b, kind)
+	if err != nil {
+		return err
 	}
 	if fp := pki.Fingerprint(owner); s.GetSigner() != fp {
 		return fmt.Errorf("%w: it names the signer %s, the owner is %s", ErrSigner, s.GetSigner(), fp)
@@ -102,6 +99,33 @@ func Open(b []byte, owner *x509.Certificate, kind Kind, body proto.Message) erro
 	if err := owner.CheckSignature(algo, message(kind, s.GetBody()), s.GetSignature()); err != nil {
 		return fmt.Errorf("%w against the owner's key %s: %w", ErrSignature, pki.Fingerprint(owner), err)
 	}
+	return decodeBody(s, kind, body)
+}
+
+// openUnchecked decodes the body of b, a statement of kind, without
+// checking its signature: for a copy whose reader checked it before.
+func openUnchecked(b []byte, kind Kind, body proto.Message) error {
+	s, err := decode(b, kind)
+	if err != nil {
+		return err
+	}
+	return decodeBody(s, kind, body)
+}
+
+// decode decodes b, a signed statement that must be of kind.
+func decode(b []byte, kind Kind) (*authoritypb.Signed, error) {
+	var s authoritypb.Signed
+	if err := proto.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDamaged, err)
+	}
+	if s.GetKind() != string(kind) {
+		return nil, fmt.Errorf("%w: %q, want %q", ErrKind, s.GetKind(), kind)
+	}
+	return &s, nil
+}
+
+// decodeBody decodes s's body, of kind, into body.
+func decodeBody(s *authoritypb.Signed, kind Kind, body proto.Message) error {
 	if err := proto.Unmarshal(s.GetBody(), body); err != nil {
 		return fmt.Errorf("%w: its %s body: %w", ErrDamaged, kind, err)
 	}

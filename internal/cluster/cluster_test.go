@@ -9,15 +9,16 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -239,7 +240,8 @@ func TestJoinInProcess(t *testing.T) {
 	name := c.mgr.nodeName(t)
 	c.stop()
 	<-c.done
-	if _, err := admin.RemoveNode(ctx, cl, name, owner); err != nil {
+	removal, err := admin.RemoveNode(ctx, cl, name, owner, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	c = start(t, ctx, 3, &enrolment.Enrolment{ClusterName: "unit", Ticket: tc}, c.dir)
@@ -255,12 +257,18 @@ func TestJoinInProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return join.Status(ctx, []string{"127.0.0.1:7834"}, ca, cert)
+		return join.Status(ctx, []string{"127.0.0.1:7834"}, ca, ownerCert, cert)
 	}
 	if removed, err := statusOf(b); removed || err != nil {
 		t.Errorf("status of a member = %v, %v; want not removed", removed, err)
 	}
-	if _, err := admin.RemoveNode(ctx, cl, b.mgr.nodeName(t), owner); err != nil {
+	// etcd's CRL is now the rogue's last: the owner's removal builds on
+	// the CRL the owner's tool remembers making.
+	if _, err := admin.RemoveNode(ctx, cl, b.mgr.nodeName(t), owner, nil); err == nil ||
+		!strings.Contains(err.Error(), "does not carry the owner's revocations") {
+		t.Errorf("a removal built on the rogue's CRL: %v", err)
+	}
+	if _, err := admin.RemoveNode(ctx, cl, b.mgr.nodeName(t), owner, removal.CRL); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, "node failed: removed from cluster unit")
@@ -366,12 +374,33 @@ func rogueCRLs(t *testing.T, ctx context.Context, cl *clientv3.Client, members .
 			t.Fatal(err)
 		}
 	}
+	// The owner's revocations in force, which a member can copy.
+	get, err := cl.Get(ctx, keyspace.CRL)
+	if err != nil || len(get.Kvs) == 0 {
+		t.Fatalf("reading the CRL: %v", err)
+	}
+	current, err := x509.ParseRevocationList(get.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(current.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(authority.RevocationsExtension) })
+	if i < 0 {
+		t.Fatal("the owner's CRL carries no revocations of the owner's")
+	}
+	owners := current.Extensions[i]
 	for i, tc := range []struct {
 		name    string
 		revoked []*big.Int
-	}{{"revoking every member", everyone}, {"revoking nobody", nil}} {
+		ext     []pkix.Extension
+		refusal string
+	}{
+		{"revoking every member", everyone, nil, "changes what is revoked, and carries no revocations of the owner's"},
+		{"revoking nobody", nil, nil, "changes what is revoked, and carries no revocations of the owner's"},
+		{"revoking every member, with the owner's revocations copied", everyone, []pkix.Extension{owners},
+			"the owner's revocations number " + current.Number.String()},
+	} {
 		number := int64(100 + i)
-		der, err := ca.CRL(number, tc.revoked, time.Now())
+		der, err := ca.CRL(number, tc.revoked, time.Now(), tc.ext...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,7 +408,7 @@ func rogueCRLs(t *testing.T, ctx context.Context, cl *clientv3.Client, members .
 			t.Fatal(err)
 		}
 		for _, m := range members {
-			m.wait(t, fmt.Sprintf("the CRL is number %d, the owner's revocations number", number))
+			m.wait(t, tc.refusal)
 			if now, err := os.ReadFile(m.mgr.pkiFiles().CRL()); err != nil || !bytes.Equal(now, before[m]) {
 				t.Errorf("a rogue CRL %s: member %s put it in force (%v)", tc.name, m.ip, err)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/join"
@@ -242,7 +243,7 @@ func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer, re
 	if b.Owner, err = mg.joinOwner(resp); err != nil {
 		return err
 	}
-	if err := pki.CheckCRL(b.CRL, ca, nil); err != nil {
+	if err := checkJoinCRL(b.CRL, ca, b.Owner); err != nil {
 		return fmt.Errorf("the cluster's CRL: %w", err)
 	}
 	record, err := recordFile(mg.dataRecord(), rec)
@@ -250,6 +251,26 @@ func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer, re
 		return err
 	}
 	return mg.pkiFiles().Write(b, record)
+}
+
+// checkJoinCRL checks the CRL the member that admitted the node gave it:
+// signed by the cluster's CA and, in a cluster with an owner, revoking
+// what the owner's revocations it carries say, or nothing if it carries
+// none (the owner never removed a node): a member cannot start a joiner
+// off with a CRL that revokes its peers.
+func checkJoinCRL(der []byte, ca, owner *x509.Certificate) error {
+	crl, err := pki.ParseCRL(der, ca)
+	if err != nil || owner == nil {
+		return err
+	}
+	stmt, err := authority.Revocations(crl, owner)
+	switch {
+	case err != nil:
+		return err
+	case stmt == nil && len(crl.RevokedCertificateEntries) > 0:
+		return fmt.Errorf("number %v revokes %v without the owner's signed revocations", crl.Number, pki.RevokedSerials(crl))
+	}
+	return nil
 }
 
 // awaitRole waits until the member may say it runs, and returns its role:

@@ -287,7 +287,7 @@ func (j *joinCrashCluster) run(t *testing.T, c joinCrash, ip string, bySnapshot 
 		loseUnflushed(t, filepath.Join(etcd, "member", "snap", "db"), rec.MemberID)
 	}
 	if c.remove {
-		if _, err := admin.RemoveNode(ctx, j.cl, rec.Node, j.owner); err != nil {
+		if _, err := admin.RemoveNode(ctx, j.cl, rec.Node, j.owner, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -334,7 +334,7 @@ func (j *joinCrashCluster) checkJoined(t *testing.T, dir string) {
 	if len(ids) != 2 || !strings.Contains(strings.Join(ids, " "), rec.MemberID) {
 		t.Errorf("the cluster's members are %v, want the leader and %s", ids, rec.MemberID)
 	}
-	if _, err := admin.RemoveNode(j.ctx, j.cl, rec.Node, j.owner); err != nil {
+	if _, err := admin.RemoveNode(j.ctx, j.cl, rec.Node, j.owner, nil); err != nil {
 		t.Fatal(err)
 	}
 	j.checkAlone(t)

@@ -147,7 +147,8 @@ func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, sel
 }
 
 // askStatus asks the peers in the member directory whether the cluster
-// still counts this node as a member.
+// still counts this node as a member; with an owner, a peer that says it
+// does not must show the owner's word for it.
 func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
 	endpoints, err := mg.statusEndpoints(self)
 	if err != nil {
@@ -166,7 +167,11 @@ func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return join.Status(ctx, endpoints, ca, cert)
+	owner, err := f.LoadOwner()
+	if err != nil {
+		return false, err
+	}
+	return join.Status(ctx, endpoints, ca, owner, cert)
 }
 
 // statusEndpoints are the join endpoints of the member directory's peers,

@@ -265,9 +265,11 @@ func (k *Keeper) escrow(ctx context.Context, m Member) error {
 }
 
 // reconcile makes the ESP's escrow one of the CUK among holders, k =
-// threshold of them needed (binding's epoch is chosen here): it splits
-// anew, test unlocks through the holders' responders at addrs, and only
-// then replaces the escrow on the ESP and drops the locally sealed CUK.
+// threshold of them needed, bound to the node's key (binding's epoch and
+// key are chosen here; an escrow bound to another key, or to none, is
+// split again): it splits anew, test unlocks through the holders'
+// responders at addrs, and only then replaces the escrow on the ESP and
+// drops the locally sealed CUK.
 // With threshold 0 (one voter), it seals the CUK locally again.
 //
 // A crash or failure at any step leaves a key the node can get: the old
@@ -287,9 +289,12 @@ func (k *Keeper) reconcile(ctx context.Context, b escrow.Binding, threshold int,
 	if threshold == 0 {
 		return k.keepLocally(cuk, current)
 	}
+	if b.Key, err = id.KeyHash(); err != nil {
+		return err
+	}
 	_, err = os.Stat(esp.ClusterKeyEscrow.In(k.ESPRoot))
 	sealedLocally := !errors.Is(err, os.ErrNotExist)
-	if current != nil && current.SameHolders(threshold, holders) && !sealedLocally {
+	if current != nil && current.SameHolders(threshold, holders) && bytes.Equal(current.Binding.Key, b.Key) && !sealedLocally {
 		return nil
 	}
 	b.Epoch = 1

@@ -25,8 +25,9 @@
 // the peer port and on the client port, and the CRL watcher keeps that
 // file equal to the CRL stored in etcd (keyspace.CRL) once it has checked that
 // the cluster CA signed it, that it is newer than the one it replaces, and,
-// in a cluster with an owner, that it revokes exactly what the owner's
-// signed revocations of its number say (keyspace.Revocations): a garbage
+// in a cluster with an owner, that it carries the owner's signed
+// revocations of its number and revokes exactly what they say, and no
+// less than before (authority.Revocations): a garbage
 // or rolled-back CRL in etcd, or one a member signed with the CA key every
 // member holds, must not open or break the ports.
 //

@@ -108,42 +108,36 @@ func TestConsensus(t *testing.T) {
 	}
 
 	// A CRL the CA did not sign, garbage, an older CRL, and a newer one
-	// without the owner's revocations (a member holds the CA's key) or
-	// with the owner's revocations of another list are refused and leave
-	// the file as it was; then a newer one with the owner's revocations
-	// is put in force.
+	// without the owner's revocations (a member holds the CA's key), with
+	// the owner's revocations of another number or a stranger's are
+	// refused and leave the file as it was; then a newer one with the
+	// owner's revocations is put in force, and one after it that takes a
+	// revocation back, though the owner signed it, is refused.
+	impostor, _ := pki.NewOwner("owner", now)
 	otherCRL, _ := other.CRL(5, []*big.Int{member.Cert.SerialNumber}, now)
-	newCRL, _ := ca.CRL(2, []*big.Int{stranger.Cert.SerialNumber}, now)
-	rogueCRL, _ := ca.CRL(3, []*big.Int{member.Cert.SerialNumber}, now)
-	signed := ownerRevocations(t, owner, 2, stranger.Cert.SerialNumber)
-	for _, bad := range [][]byte{otherCRL, []byte("garbage"), crl, newCRL} {
-		if _, err := c.Client.Put(ctx, keyspace.CRL, string(bad)); err != nil {
+	unsigned, _ := ca.CRL(2, []*big.Int{stranger.Cert.SerialNumber}, now)
+	renumbered := ownersCRL(t, ca, owner, 3, 2, stranger.Cert.SerialNumber)
+	impostors := ownersCRL(t, ca, impostor, 2, 2, member.Cert.SerialNumber)
+	good := ownersCRL(t, ca, owner, 2, 2, stranger.Cert.SerialNumber)
+	takeBack := ownersCRL(t, ca, owner, 3, 3)
+	for _, der := range [][]byte{otherCRL, []byte("garbage"), crl, unsigned, renumbered, impostors, good, takeBack} {
+		if _, err := c.Client.Put(ctx, keyspace.CRL, string(der)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Client.Txn(ctx).Then(clientv3.OpPut(keyspace.Revocations, string(signed)),
-		clientv3.OpPut(keyspace.CRL, string(rogueCRL))).Commit(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.Put(ctx, keyspace.CRL, string(newCRL)); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		b, _ := os.ReadFile(files.CRL())
-		if bytes.Equal(b, newCRL) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the CRL watcher did not write the new CRL")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	for _, refused := range []string{"not issued by the cluster CA", "not a DER revocation list",
-		"the CRL number 2 changes what is revoked, and the owner signed no revocations",
-		"the CRL is number 3, the owner's revocations number 2"} {
-		if !strings.Contains(tc.logs.String(), refused) {
-			t.Errorf("the log does not say a CRL was refused as %q", refused)
+		"the CRL number 2 changes what is revoked, and carries no revocations of the owner's",
+		"the CRL is number 3, the owner's revocations number 2", "not signed by this node's owner",
+		"the CRL number 3 takes back the revocation of [" + stranger.Cert.SerialNumber.Text(16) + "]"} {
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(tc.logs.String(), refused); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the log does not say a CRL was refused as %q", refused)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	if b, _ := os.ReadFile(files.CRL()); !bytes.Equal(b, good) {
+		t.Error("the CRL in force is not the owner's newest that took nothing back")
 	}
 }
 
@@ -226,18 +220,14 @@ func (tc *testCA) member(name, ip string, mode Mode) Config {
 		Log: slog.New(console.NewHandler(tc.logs)).With("member", name)}
 }
 
-// ownerRevocations is the owner's signed statement that CRL number
-// revokes serials.
-func ownerRevocations(t *testing.T, owner *pki.Cert, number uint64, serials ...*big.Int) []byte {
+// ownersCRL is CRL number of ca revoking serials, carrying the owner's
+// signed revocations of number stmtNumber, which list the same serials.
+func ownersCRL(t *testing.T, ca *pki.CA, owner *pki.Cert, number int64, stmtNumber uint64, serials ...*big.Int) []byte {
 	t.Helper()
-	var hexes []string
-	for _, s := range serials {
-		hexes = append(hexes, s.Text(16))
-	}
-	b, err := authority.Sign(owner.Cert, owner.Key, authority.KindRevocations,
-		&authoritypb.Revocations{Cluster: "test", Number: number, Serials: hexes})
+	der, err := authority.RevocationsCRL(ca, number, serials, owner.Cert, owner.Key,
+		&authoritypb.Revocations{Cluster: "test", Number: stmtNumber, Serials: pki.Hex(serials)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return der
 }

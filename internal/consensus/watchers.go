@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"slices"
 	"strings"
@@ -20,7 +19,6 @@ import (
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
-	"github.com/borough-os/borough/proto/authoritypb"
 )
 
 // watchCRL keeps the CRL file equal to the CRL in etcd: it reads the
@@ -33,7 +31,7 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 		return fmt.Errorf("reading CRL: %w", err)
 	}
 	if len(resp.Kvs) == 1 {
-		if err := c.writeCRL(ctx, resp.Kvs[0].Value); err != nil {
+		if err := c.writeCRL(resp.Kvs[0].Value); err != nil {
 			return err
 		}
 	}
@@ -43,7 +41,7 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 		}
 		for _, ev := range w.Events {
 			if ev.Type == clientv3.EventTypePut {
-				if err := c.writeCRL(ctx, ev.Kv.Value); err != nil {
+				if err := c.writeCRL(ev.Kv.Value); err != nil {
 					return err
 				}
 			}
@@ -60,15 +58,15 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 // file. A CRL the cluster CA did not sign, or not newer than the file's,
 // is refused (logged, the file kept): whoever can write etcd must not be
 // able to unrevoke a node or, with garbage, break every handshake. In a
-// cluster with an owner, so is a CRL that does not revoke exactly what
-// the owner's signed revocations of its number say: every member holds
-// the CA's key, and none may revoke a node, or give one back its
-// standing, on its own.
-func (c *Consensus) writeCRL(ctx context.Context, der []byte) error {
+// cluster with an owner, so is a CRL that does not carry the owner's
+// signed revocations of its number, or revokes other than they say, or
+// takes a revocation back: every member holds the CA's key, and none may
+// revoke a node, or give one back its standing, on its own.
+func (c *Consensus) writeCRL(der []byte) error {
 	if b, err := os.ReadFile(c.cfg.PKI.CRL()); err == nil && bytes.Equal(b, der) {
 		return nil
 	}
-	if err := c.checkCRL(ctx, der); err != nil {
+	if err := c.checkCRL(der); err != nil {
 		c.cfg.Log.Error("refusing the CRL in etcd; keeping the current one", "err", err)
 		return nil
 	}
@@ -81,7 +79,7 @@ func (c *Consensus) writeCRL(ctx context.Context, der []byte) error {
 
 // checkCRL checks a new CRL against the CA, the current CRL file and the
 // owner's revocations.
-func (c *Consensus) checkCRL(ctx context.Context, der []byte) error {
+func (c *Consensus) checkCRL(der []byte) error {
 	caPEM, err := os.ReadFile(c.cfg.PKI.CA())
 	if err != nil {
 		return err
@@ -97,16 +95,17 @@ func (c *Consensus) checkCRL(ctx context.Context, der []byte) error {
 	if err := pki.CheckCRL(der, ca, current); err != nil {
 		return err
 	}
-	return c.checkRevocations(ctx, der, current)
+	return c.checkRevocations(der, current)
 }
 
-// checkRevocations checks, in a cluster with an owner, that the owner's
-// signed revocations (keyspace.Revocations, from this member's store,
-// which holds at least the revision of the CRL it watched) list exactly
-// the certificates the CRL der revokes, under its number. Without them, a
-// CRL may only revoke what current does (the CRL of a cluster before its
-// owner first removed a node).
-func (c *Consensus) checkRevocations(ctx context.Context, der []byte, current *x509.RevocationList) error {
+// checkRevocations checks, in a cluster with an owner, that the CRL der
+// carries the owner's signed revocations of its number, which list
+// exactly the certificates it revokes (authority.Revocations), and that
+// it takes back nothing current revoked, nor any node the owner removed:
+// a revocation is for good. A CRL without the owner's revocations may
+// only revoke what current does (the CRL of a cluster whose owner never
+// removed a node).
+func (c *Consensus) checkRevocations(der []byte, current *x509.RevocationList) error {
 	owner, err := c.cfg.PKI.LoadOwner()
 	if owner == nil || err != nil {
 		return err
@@ -115,29 +114,37 @@ func (c *Consensus) checkRevocations(ctx context.Context, der []byte, current *x
 	if err != nil {
 		return err
 	}
-	resp, err := c.Client.Get(ctx, keyspace.Revocations, clientv3.WithSerializable())
-	if err != nil {
-		return fmt.Errorf("reading the owner's revocations: %w", err)
-	}
-	if len(resp.Kvs) == 0 {
-		if current != nil && !slices.Equal(pki.RevokedSerials(crl), pki.RevokedSerials(current)) {
-			return fmt.Errorf("the CRL number %v changes what is revoked, and the owner signed no revocations", crl.Number)
-		}
+	stmt, err := authority.Revocations(crl, owner)
+	switch {
+	case err != nil:
+		return err
+	case stmt == nil && current != nil && !slices.Equal(pki.RevokedSerials(crl), pki.RevokedSerials(current)):
+		return fmt.Errorf("the CRL number %v changes what is revoked, and carries no revocations of the owner's", crl.Number)
+	case current == nil:
 		return nil
 	}
-	var stmt authoritypb.Revocations
-	if err := authority.Open(resp.Kvs[0].Value, owner, authority.KindRevocations, &stmt); err != nil {
-		return fmt.Errorf("the owner's revocations: %w", err)
+	if missing := without(pki.RevokedSerials(current), pki.RevokedSerials(crl)); len(missing) > 0 {
+		return fmt.Errorf("the CRL number %v takes back the revocation of %v", crl.Number, missing)
 	}
-	want := slices.Clone(stmt.GetSerials())
-	slices.Sort(want)
-	switch {
-	case crl.Number.Cmp(new(big.Int).SetUint64(stmt.GetNumber())) != 0:
-		return fmt.Errorf("the CRL is number %v, the owner's revocations number %d", crl.Number, stmt.GetNumber())
-	case !slices.Equal(pki.RevokedSerials(crl), want):
-		return fmt.Errorf("the CRL number %v revokes %v, the owner revoked %v", crl.Number, pki.RevokedSerials(crl), want)
+	removed, err := authority.RemovedNodes(current)
+	if err != nil {
+		return err
+	}
+	if missing := without(removed, stmt.GetNodes()); len(missing) > 0 {
+		return fmt.Errorf("the CRL number %v takes back the removal of %v", crl.Number, missing)
 	}
 	return nil
+}
+
+// without are the elements of a not in b.
+func without(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // errLearnerNotReady is etcd's refusal to promote a learner that has not

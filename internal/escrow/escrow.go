@@ -17,8 +17,12 @@
 //
 // Every envelope, transfer and the wrap are bound, through HPKE's info and
 // the AEAD's additional data, to a Binding: the cluster, the node, the
-// holder and the epoch of the split. An envelope copied from another node,
-// cluster or holder, or from an earlier split, does not open.
+// node's key, the holder and the epoch of the split. An envelope copied
+// from another node, cluster or holder, or from an earlier split, does not
+// open; nor does one asked for with a certificate of another key, though
+// it names the node: a holder binds the request to the key of the
+// certificate it came with, so a member that signs itself a certificate
+// in another's name (each holds the CA key) gets nothing.
 //
 // k is Threshold(V) for V voters, ⌊V/2⌋: the node and k peers are a
 // majority, the same line as etcd's quorum. A one-voter cluster has no
@@ -58,17 +62,27 @@ type Binding struct {
 	Node string
 	// Epoch numbers the node's splits; a new split has a higher one.
 	Epoch uint64
+	// Key is the SHA-256 of the node's public key (pki.KeyHash of its
+	// certificate), whose holder alone may ask for the shares; empty in
+	// an escrow split before keys were bound, which its node splits again.
+	Key []byte `json:",omitempty"`
 }
 
 // bytes encodes b, with holder (empty for the wrap), unambiguously: each
-// string length-prefixed.
+// string length-prefixed, and the key, if any, after the epoch (so that
+// an escrow split before keys were bound encodes as it did).
 func (b Binding) bytes(purpose, holder string) []byte {
 	out := []byte("borough/escrow/v1/" + purpose)
 	for _, s := range []string{b.Cluster, b.Node, holder} {
 		out = binary.BigEndian.AppendUint32(out, uint32(len(s)))
 		out = append(out, s...)
 	}
-	return binary.BigEndian.AppendUint64(out, b.Epoch)
+	out = binary.BigEndian.AppendUint64(out, b.Epoch)
+	if len(b.Key) == 0 {
+		return out
+	}
+	out = binary.BigEndian.AppendUint32(out, uint32(len(b.Key)))
+	return append(out, b.Key...)
 }
 
 // Holder is a peer that holds a share, with its escrow public key

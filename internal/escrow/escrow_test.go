@@ -27,7 +27,7 @@ func peers(t *testing.T, n int) ([]Holder, map[string][]byte) {
 	return hs, privs
 }
 
-var bind = Binding{Cluster: "prod", Node: "node-000000ff", Epoch: 3}
+var bind = Binding{Cluster: "prod", Node: "node-000000ff", Epoch: 3, Key: bytes.Repeat([]byte{0xa1}, 32)}
 
 // fetch plays the unlock exchange: holders open their envelopes and
 // send the shares sealed to a one-time key, which the node opens.
@@ -132,7 +132,7 @@ func TestRecoverBadShares(t *testing.T) {
 }
 
 // TestBinding: an envelope, a transfer or a wrapped CUK opens only for
-// the cluster, node, holder and epoch it was made for.
+// the cluster, node, node key, holder and epoch it was made for.
 func TestBinding(t *testing.T) {
 	hs, privs := peers(t, 2)
 	e, err := Split(cuk, bind, 1, hs)
@@ -150,6 +150,8 @@ func TestBinding(t *testing.T) {
 		{"another cluster", privs[hs[0].Name], other(func(b *Binding) { b.Cluster = "test" }), env},
 		{"another node", privs[hs[0].Name], other(func(b *Binding) { b.Node = "node-000000fe" }), env},
 		{"an earlier epoch", privs[hs[0].Name], other(func(b *Binding) { b.Epoch = 2 }), env},
+		{"another node key", privs[hs[0].Name], other(func(b *Binding) { b.Key = bytes.Repeat([]byte{0xa2}, 32) }), env},
+		{"no node key", privs[hs[0].Name], other(func(b *Binding) { b.Key = nil }), env},
 		{"another holder's key", privs[hs[1].Name], bind, env},
 		{"claimed by another holder", privs[hs[1].Name], bind, Envelope{Holder: hs[1].Name, Sealed: env.Sealed}},
 	} {

@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
@@ -164,23 +165,54 @@ func pinned(fingerprint, host string) *tls.Config {
 
 // Status asks the members at endpoints ("host:port"), verified against
 // the cluster CA ca, whether the cluster still counts the node whose
-// certificate is cert as a member. It returns the first answer.
-func Status(ctx context.Context, endpoints []string, ca *x509.Certificate, cert tls.Certificate) (removed bool, err error) {
+// certificate is cert as a member. It returns the first answer it can
+// believe: with an owner, "removed" only with the owner's revocations of
+// the node (checkRemoval), for a member can answer anything, and a node
+// that believes it was removed stays out for good.
+func Status(ctx context.Context, endpoints []string, ca, owner *x509.Certificate, cert tls.Certificate) (removed bool, err error) {
 	var errs []error
 	for _, ep := range endpoints {
-		removed, err := status(ctx, ep, ca, cert)
+		st, err := status(ctx, ep, ca, cert)
+		if err == nil && st.GetRemoved() {
+			err = checkRemoval(st.GetCrl(), ca, owner, cert)
+		}
 		if err == nil {
-			return removed, nil
+			return st.GetRemoved(), nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
 	}
 	return false, fmt.Errorf("no member answered: %w", errors.Join(errs...))
 }
 
-func status(ctx context.Context, endpoint string, ca *x509.Certificate, cert tls.Certificate) (bool, error) {
+// checkRemoval checks, in a cluster with an owner, that der, the CRL in
+// force of a member that said the node of cert was removed, carries the
+// owner's revocations and revokes cert.
+func checkRemoval(der []byte, ca, owner *x509.Certificate, cert tls.Certificate) error {
+	if owner == nil {
+		return nil
+	}
+	crl, err := pki.ParseCRL(der, ca)
+	if err != nil {
+		return fmt.Errorf("it says this node was removed, with no CRL to show for it: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return err
+	}
+	stmt, err := authority.Revocations(crl, owner)
+	switch {
+	case err != nil:
+		return fmt.Errorf("it says this node was removed, with a CRL that is not the owner's word: %w", err)
+	case stmt == nil || authority.Revokes(crl, leaf) == "":
+		return fmt.Errorf("it says this node was removed, and the owner's revocations in its CRL number %v do not", crl.Number)
+	}
+	return nil
+}
+
+func status(ctx context.Context, endpoint string, ca *x509.Certificate, cert tls.Certificate) (*joinpb.MemberStatus, error) {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
@@ -191,23 +223,23 @@ func status(ctx context.Context, endpoint string, ca *x509.Certificate, cert tls
 	defer client.CloseIdleConnections()
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+endpoint+pathStatus, nil)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	res, err := client.Do(r)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<16))
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if res.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("%s: %s", res.Status, strings.TrimSpace(string(b)))
+		return nil, fmt.Errorf("%s: %s", res.Status, strings.TrimSpace(string(b)))
 	}
 	var st joinpb.MemberStatus
 	if err := proto.Unmarshal(b, &st); err != nil {
-		return false, err
+		return nil, err
 	}
-	return st.GetRemoved(), nil
+	return &st, nil
 }

@@ -158,7 +158,7 @@ func (s *Server) handle(fn func(context.Context, netip.Addr, *joinpb.JoinRequest
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	removed, err := s.removed(ctx, r.TLS.PeerCertificates)
+	removed, crl, err := s.removed(ctx, r.TLS.PeerCertificates)
 	var refusal *Refusal
 	switch {
 	case errors.As(err, &refusal):
@@ -168,7 +168,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	b, err := proto.Marshal(&joinpb.MemberStatus{Removed: removed})
+	b, err := proto.Marshal(&joinpb.MemberStatus{Removed: removed, Crl: crl})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -180,40 +180,38 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 // and then revoked (by the CRL this member put in force), or of a node
 // the owner removed (its record's tombstone), or whose etcd member is
 // gone.
-func (s *Server) removed(ctx context.Context, chain []*x509.Certificate) (bool, error) {
+func (s *Server) removed(ctx context.Context, chain []*x509.Certificate) (bool, []byte, error) {
 	if len(chain) == 0 {
-		return false, refuse("present the node's certificate")
+		return false, nil, refuse("present the node's certificate")
 	}
 	ca, err := keyspace.ReadCA(ctx, s.Client)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if err := chain[0].CheckSignatureFrom(ca.Cert); err != nil {
-		return false, refuse("the certificate is not of this cluster's CA")
+		return false, nil, refuse("the certificate is not of this cluster's CA")
 	}
 	der, err := os.ReadFile(s.PKI.CRL())
 	if err != nil {
-		return false, fmt.Errorf("reading the CRL in force: %w", err)
+		return false, nil, fmt.Errorf("reading the CRL in force: %w", err)
 	}
 	crl, err := pki.ParseCRL(der, ca.Cert)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
-	for _, e := range crl.RevokedCertificateEntries {
-		if e.SerialNumber.Cmp(chain[0].SerialNumber) == 0 {
-			return true, nil
-		}
+	if authority.Revokes(crl, chain[0]) != "" {
+		return true, der, nil
 	}
 	name := chain[0].Subject.CommonName
 	nr, err := keyspace.ReadNode(ctx, s.Client, name)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if nr.Removed {
-		return true, nil
+		return true, der, nil
 	}
 	m, err := s.member(ctx, name, nr)
-	return m == nil, err
+	return m == nil, der, err
 }
 
 // member finds node name's etcd member (NodeRecord.Is), nil if it has

@@ -31,12 +31,10 @@ const (
 	// CACert and CAKey are the cluster CA, PEM.
 	CACert = "/borough/pki/ca-cert"
 	CAKey  = "/borough/pki/ca-key"
-	// CRL is the cluster's DER revocation list; members put it in force.
+	// CRL is the cluster's DER revocation list; members put it in force,
+	// in a cluster with an owner only if it carries the owner's signed
+	// revocations of its number (authority.RevocationsExtension).
 	CRL = "/borough/pki/crl"
-	// Revocations is the owner's signed statement of what the CRL of the
-	// same number revokes (authoritypb.Revocations): in a cluster with an
-	// owner, members put a CRL in force only with it.
-	Revocations = "/borough/pki/revocations"
 	// Nodes prefixes each node's NodeRecord, by node name.
 	Nodes = "/borough/nodes/"
 	// NodeKeys prefixes the name of the node each admitted key belongs

@@ -182,27 +182,45 @@ func ParseCRL(der []byte, ca *x509.Certificate) (*x509.RevocationList, error) {
 // Revoke returns the CRL that follows current with serials added (each
 // kept once), numbered one higher.
 func (ca *CA) Revoke(current *x509.RevocationList, serials []*big.Int, now time.Time) ([]byte, error) {
+	number, revoked := Next(current, serials)
+	return ca.CRL(number, revoked, now)
+}
+
+// Next is the number and the revoked serials of the CRL that follows
+// current with serials added (each kept once).
+func Next(current *x509.RevocationList, serials []*big.Int) (int64, []*big.Int) {
 	seen := map[string]bool{}
 	var revoked []*big.Int
 	for _, s := range serials {
-		seen[s.String()] = true
-		revoked = append(revoked, s)
+		if !seen[s.String()] {
+			seen[s.String()] = true
+			revoked = append(revoked, s)
+		}
 	}
 	for _, e := range current.RevokedCertificateEntries {
 		if !seen[e.SerialNumber.String()] {
+			seen[e.SerialNumber.String()] = true
 			revoked = append(revoked, e.SerialNumber)
 		}
 	}
-	number := new(big.Int).Add(current.Number, big.NewInt(1))
-	return ca.CRL(number.Int64(), revoked, now)
+	return new(big.Int).Add(current.Number, big.NewInt(1)).Int64(), revoked
+}
+
+// Hex are serials in hex, sorted, as RevokedSerials gives them.
+func Hex(serials []*big.Int) []string {
+	out := make([]string, 0, len(serials))
+	for _, s := range serials {
+		out = append(out, s.Text(16))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // RevokedSerials are the serial numbers crl revokes, hex, sorted.
 func RevokedSerials(crl *x509.RevocationList) []string {
-	var out []string
+	var serials []*big.Int
 	for _, e := range crl.RevokedCertificateEntries {
-		out = append(out, e.SerialNumber.Text(16))
+		serials = append(serials, e.SerialNumber)
 	}
-	slices.Sort(out)
-	return out
+	return Hex(serials)
 }

@@ -113,8 +113,9 @@ func NewOwner(name string, now time.Time) (*Cert, error) {
 	return &Cert{Cert: cert, Key: key}, nil
 }
 
-// CRL returns a DER revocation list revoking serials, numbered number.
-func (ca *CA) CRL(number int64, revoked []*big.Int, now time.Time) ([]byte, error) {
+// CRL returns a DER revocation list revoking serials, numbered number,
+// with extensions ext.
+func (ca *CA) CRL(number int64, revoked []*big.Int, now time.Time, ext ...pkix.Extension) ([]byte, error) {
 	var entries []x509.RevocationListEntry
 	for _, s := range revoked {
 		entries = append(entries, x509.RevocationListEntry{SerialNumber: s, RevocationTime: now})
@@ -124,6 +125,7 @@ func (ca *CA) CRL(number int64, revoked []*big.Int, now time.Time) ([]byte, erro
 		ThisUpdate:                now.Add(-backdate),
 		NextUpdate:                now.Add(certValidity),
 		RevokedCertificateEntries: entries,
+		ExtraExtensions:           ext,
 	}, ca.Cert, ca.Key)
 }
 
@@ -132,6 +134,14 @@ func (ca *CA) CRL(number int64, revoked []*big.Int, now time.Time) ([]byte, erro
 func Fingerprint(c *x509.Certificate) string {
 	sum := sha256.Sum256(c.Raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// KeyHash is the SHA-256 of a certificate's public key (its
+// SubjectPublicKeyInfo): what names a node's key, whatever certificate
+// carries it.
+func KeyHash(c *x509.Certificate) []byte {
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return sum[:]
 }
 
 func serial() *big.Int {

@@ -121,7 +121,7 @@ func requestAll(ctx context.Context, id Identity, e *escrow.Escrow, addrs map[st
 func request(ctx context.Context, id Identity, addr string, e *escrow.Escrow, env escrow.Envelope, onePub []byte) ([]byte, error) {
 	body, err := proto.Marshal(&unlockpb.ShareRequest{
 		Cluster: e.Binding.Cluster, Node: e.Binding.Node, Epoch: e.Binding.Epoch,
-		Holder: env.Holder, Envelope: env.Sealed, OneTimeKey: onePub,
+		Holder: env.Holder, Envelope: env.Sealed, OneTimeKey: onePub, KeySha256: e.Binding.Key,
 	})
 	if err != nil {
 		return nil, err

@@ -25,9 +25,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -45,6 +45,19 @@ type Identity struct {
 	// checked by whoever loaded it, or why there is none. A holder gives
 	// no share without one.
 	CRL func() (*x509.RevocationList, error)
+}
+
+// KeyHash is the SHA-256 of the identity's public key, which the node
+// binds its escrow to (escrow.Binding).
+func (id Identity) KeyHash() ([]byte, error) {
+	if len(id.Cert.Certificate) == 0 {
+		return nil, errors.New("the identity has no certificate")
+	}
+	leaf, err := x509.ParseCertificate(id.Cert.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("the identity's certificate: %w", err)
+	}
+	return pki.KeyHash(leaf), nil
 }
 
 // verify checks a peer's certificate chain against the CA, whatever the
@@ -79,18 +92,11 @@ func (id Identity) verify(rawCerts [][]byte, want string, usage x509.ExtKeyUsage
 	return name, nil
 }
 
-// revoked says whether crl, if set and known, lists cert.
+// revoked says whether crl, if set and known, revokes cert.
 func revoked(crl func() (*x509.RevocationList, error), cert *x509.Certificate) bool {
 	if crl == nil {
 		return false
 	}
 	l, _ := crl()
-	return l != nil && lists(l, cert)
-}
-
-// lists says whether l revokes cert.
-func lists(l *x509.RevocationList, cert *x509.Certificate) bool {
-	return slices.ContainsFunc(l.RevokedCertificateEntries, func(e x509.RevocationListEntry) bool {
-		return e.SerialNumber.Cmp(cert.SerialNumber) == 0
-	})
+	return l != nil && authority.Revokes(l, cert) != ""
 }

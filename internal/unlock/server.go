@@ -1,6 +1,7 @@
 package unlock
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,8 +14,10 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/httpsserve"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/unlockpb"
 )
 
@@ -77,7 +80,7 @@ func (s *Server) Handler() http.Handler {
 // errRefused is a request the holder will not answer.
 var errRefused = errors.New("refused")
 
-// standing refuses a requester whose certificate the CRL in force revokes,
+// standing refuses a requester the CRL in force revokes,
 // or any requester while the holder has no verified CRL: unreadable is
 // not empty.
 func (s *Server) standing(cert *x509.Certificate) error {
@@ -88,8 +91,9 @@ func (s *Server) standing(cert *x509.Certificate) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: this holder cannot check %s: %v", errRefused, cert.Subject.CommonName, err)
-	case lists(crl, cert):
-		return fmt.Errorf("%w: the certificate of %s is revoked: the cluster removed it", errRefused, cert.Subject.CommonName)
+	}
+	if why := authority.Revokes(crl, cert); why != "" {
+		return fmt.Errorf("%w: %s", errRefused, why)
 	}
 	return nil
 }
@@ -112,7 +116,7 @@ func (s *Server) share(w http.ResponseWriter, r *http.Request) {
 	requester := cert.Subject.CommonName
 	var sealed []byte
 	if err = s.standing(cert); err == nil {
-		sealed, err = s.answer(requester, &req)
+		sealed, err = s.answer(cert, &req)
 	}
 	if err != nil {
 		s.Log.Warn("refused a share request", "requester", requester, "node", req.GetNode(), "err", err)
@@ -128,9 +132,14 @@ func (s *Server) share(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// answer checks a request from the node named requester and returns the
-// share sealed to its one-time key.
-func (s *Server) answer(requester string, req *unlockpb.ShareRequest) ([]byte, error) {
+// answer checks a request from the node cert names and returns the share
+// sealed to its one-time key. The share opens only for the key the node
+// escrowed it under (escrow.Binding), which must be cert's: a certificate
+// for the node's name with another key, which any member holding the CA
+// key can sign, gets nothing. An escrow split before keys were bound is
+// answered, with a warning, until its node splits it again.
+func (s *Server) answer(cert *x509.Certificate, req *unlockpb.ShareRequest) ([]byte, error) {
+	requester := cert.Subject.CommonName
 	switch {
 	case requester == "" || requester != req.GetNode():
 		return nil, fmt.Errorf("%w: %q asked for the share of %q", errRefused, requester, req.GetNode())
@@ -138,8 +147,13 @@ func (s *Server) answer(requester string, req *unlockpb.ShareRequest) ([]byte, e
 		return nil, fmt.Errorf("%w: a share of cluster %q, this is %q", errRefused, req.GetCluster(), s.Cluster)
 	case req.GetHolder() != s.Node:
 		return nil, fmt.Errorf("%w: the envelope is for %s, this is %s", errRefused, req.GetHolder(), s.Node)
+	case len(req.GetKeySha256()) > 0 && !bytes.Equal(req.GetKeySha256(), pki.KeyHash(cert)):
+		return nil, fmt.Errorf("%w: the certificate %s presented is not of the key %s escrowed its unlock key under",
+			errRefused, cert.SerialNumber.Text(16), requester)
+	case len(req.GetKeySha256()) == 0:
+		s.Log.Warn("answering for an escrow bound to no key: its node splits it again once it runs", "node", requester)
 	}
-	b := escrow.Binding{Cluster: req.GetCluster(), Node: req.GetNode(), Epoch: req.GetEpoch()}
+	b := escrow.Binding{Cluster: req.GetCluster(), Node: req.GetNode(), Epoch: req.GetEpoch(), Key: req.GetKeySha256()}
 	share, err := escrow.OpenEnvelope(s.EscrowKey, b, escrow.Envelope{Holder: s.Node, Sealed: req.GetEnvelope()})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errRefused, err)

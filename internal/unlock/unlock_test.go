@@ -10,13 +10,16 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/authoritypb"
 )
 
 var now = time.Now()
@@ -128,7 +131,8 @@ func (c *testCluster) escrowFor(t *testing.T, n *node, cuk []byte, k int) (*escr
 			addrs[m.name] = m.addr
 		}
 	}
-	e, err := escrow.Split(cuk, escrow.Binding{Cluster: "prod", Node: n.name, Epoch: 1}, k, holders)
+	b := escrow.Binding{Cluster: "prod", Node: n.name, Epoch: 1, Key: pki.KeyHash(n.cert.Cert)}
+	e, err := escrow.Split(cuk, b, k, holders)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +179,34 @@ func TestFetch(t *testing.T) {
 	}
 }
 
+// TestFetchUnbound unlocks a node whose escrow was split before escrows
+// were bound to the node's key, and its holders say so.
+func TestFetchUnbound(t *testing.T) {
+	c := newCluster(t, 3)
+	var logs []*bytes.Buffer
+	for _, n := range c.nodes[1:] {
+		logs = append(logs, c.serve(t, n, nil))
+	}
+	a := c.nodes[0]
+	e, addrs := c.escrowFor(t, a, cuk, 1)
+	e.Binding.Key = nil
+	e, err := escrow.Split(cuk, e.Binding, 1, []escrow.Holder{{Name: c.nodes[1].name, Key: c.nodes[1].pub}, {Name: c.nodes[2].name, Key: c.nodes[2].pub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := fetch(t, a.identity(c.ca, nil), e, addrs, 30*time.Second)
+	if err != nil || !bytes.Equal(got, cuk) {
+		t.Fatalf("Fetch = %x, %v; want the CUK", got, err)
+	}
+	warned := false
+	for _, l := range logs {
+		warned = warned || strings.Contains(l.String(), "answering for an escrow bound to no key")
+	}
+	if !warned {
+		t.Error("no holder warned of an escrow bound to no key")
+	}
+}
+
 // TestFetchRefused plays what the responders must refuse: they all fail
 // to unlock within the time given, the requester says it is waiting, and
 // the holders say why they refused.
@@ -189,6 +221,7 @@ func TestFetchRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	removedA := ownersCRL(t, c.ca, a)
 	stranger, err := pki.NewCA("prod", now)
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +243,24 @@ func TestFetchRefused(t *testing.T) {
 			e, addrs := c.escrowFor(t, a, cuk, 2)
 			return a.identity(c.ca, nil), e, addrs
 		}, "the certificate of " + a.name + " is revoked"},
+		{"requester removed, with a new certificate for its key", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
+			for _, n := range c.nodes[1:] {
+				logs = append(logs, c.serve(t, n, removedA))
+			}
+			e, addrs := c.escrowFor(t, a, cuk, 2)
+			// A member holds the CA key and signs the removed node a
+			// certificate the CRL does not list.
+			csr, err := pki.NewCSR(a.name, []net.IP{net.IPv4(127, 0, 0, 1)}, a.cert.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := c.ca.SignCSR(csr, netip.MustParseAddr("127.0.0.1"), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again := &node{name: a.name, cert: &pki.Cert{Cert: fresh, Key: a.cert.Key}}
+			return again.identity(c.ca, nil), e, addrs
+		}, "the owner removed node " + a.name},
 		{"holders without a verified CRL", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
 			for _, n := range c.nodes[1:] {
 				logs = append(logs, c.serve(t, n, noCRL))
@@ -224,6 +275,23 @@ func TestFetchRefused(t *testing.T) {
 			e, addrs := c.escrowFor(t, a, cuk, 2)
 			return d.identity(c.ca, nil), e, addrs
 		}, "requester=" + d.name + " node=" + a.name},
+		{"a certificate of another key in the node's name", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
+			for _, n := range c.nodes[1:] {
+				logs = append(logs, c.serve(t, n, nil))
+			}
+			e, addrs := c.escrowFor(t, a, cuk, 2)
+			// Any member holds the CA key and can sign one.
+			posing := c.newNode(t, c.ca, 1)
+			return posing.identity(c.ca, nil), e, addrs
+		}, "is not of the key " + a.name + " escrowed its unlock key under"},
+		{"an escrow bound to another key", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
+			for _, n := range c.nodes[1:] {
+				logs = append(logs, c.serve(t, n, nil))
+			}
+			e, addrs := c.escrowFor(t, a, cuk, 2)
+			e.Binding.Key = pki.KeyHash(b.cert.Cert)
+			return a.identity(c.ca, nil), e, addrs
+		}, "is not of the key " + a.name + " escrowed its unlock key under"},
 		{"another cluster's CA", func(t *testing.T) (Identity, *escrow.Escrow, map[string]string) {
 			for _, n := range c.nodes[1:] {
 				c.serve(t, n, nil)
@@ -263,4 +331,25 @@ func TestFetchRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ownersCRL is CRL number 2 of ca revoking n's certificate, carrying the
+// owner's revocations that remove n.
+func ownersCRL(t *testing.T, ca *pki.CA, n *node) *x509.RevocationList {
+	t.Helper()
+	owner, err := pki.NewOwner("owner", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serials := []*big.Int{n.cert.Cert.SerialNumber}
+	der, err := authority.RevocationsCRL(ca, 2, serials, owner.Cert, owner.Key,
+		&authoritypb.Revocations{Cluster: "prod", Number: 2, Nodes: []string{n.name}, Serials: pki.Hex(serials)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crl, err := x509.ParseRevocationList(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crl
 }
