@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
@@ -37,11 +38,12 @@ import (
 // the cluster is expensive, the cases are not.
 func TestMultiNode(t *testing.T) {
 	config := owner(t)
-	c := launch(t, config, multinode.Options{Nodes: 3, Image: versionedImage(t, "1.0.0"), Cluster: "multi", TPM: true})
+	c := launch(t, config, multinode.Options{Nodes: 3, Image: versionedImage(t, "1.0.0"), Cluster: "multi", TPM: true, Control: true})
 	m := &multi{t: t, c: c, config: config}
 	t.Run("three voters", m.threeVoters)
 	t.Run("bad tickets", m.badTickets)
 	t.Run("leader power cut under writes", m.powerCut)
+	t.Run("rogue member", m.rogueMember)
 	t.Run("cold restart", m.coldRestart)
 	t.Run("restart at a new address", m.newAddress)
 	t.Run("crash while joining", m.crashWhileJoining)
@@ -342,6 +344,54 @@ func (m *multi) checkWrites(t *testing.T, n *multinode.Node, acked []string, whe
 // cluster keeps each node's unlock key: one node alone stays locked and
 // says so, with its data partition untouched; with a second, both unlock;
 // the third follows, and no acknowledged write is lost.
+// rogueMember plays a member compromised while running: node1, through
+// the test build's rogue hook, publishes a CRL that revokes every member,
+// and asks node2's holders for node2's shares with a certificate it
+// signed in node2's name. Every node refuses the CRL and every holder the
+// request, and the cluster takes writes throughout; the cold restart that
+// follows brings every node back.
+func (m *multi) rogueMember(t *testing.T) {
+	nodes := m.c.Nodes[:3]
+	rogue, victim := nodes[0], nodes[1]
+	awaitEscrow(t, victim)
+	cl := m.client(t, nodes[1:]...)
+	ctx := timeout(t, 3*time.Minute)
+	before, err := cl.Get(ctx, keyspace.CRL)
+	if err != nil || len(before.Kvs) == 0 {
+		t.Fatalf("reading etcd's CRL: %v", err)
+	}
+	// The owner's repair: etcd's CRL back as it was, for the owner's
+	// later removals to build on.
+	t.Cleanup(func() {
+		if _, err := cl.Put(timeout(t, time.Minute), keyspace.CRL, string(before.Kvs[0].Value)); err != nil {
+			t.Errorf("putting etcd's CRL back: %v", err)
+		}
+	})
+	w := startWriter(t, cl)
+	answer, err := rogue.VM.Control("rogue crl", time.Minute)
+	if err != nil || !strings.HasPrefix(answer, "ok: rogue crl: published") {
+		t.Fatalf("rogue crl: %q, %v", answer, err)
+	}
+	t.Log(answer)
+	for _, n := range nodes {
+		sawLine(t, n.VM, "changes what is revoked, and carries no revocations of the owner's", time.Minute)
+	}
+	escrowJSON := espCopy(t, victim, esp.CUKEscrow)[esp.CUKEscrow]
+	answer, err = rogue.VM.Control("rogue share "+base64.StdEncoding.EncodeToString(escrowJSON), 2*time.Minute)
+	if err != nil || !strings.HasPrefix(answer, "ok: rogue share: no key of "+victim.Name) {
+		t.Fatalf("rogue share: %q, %v", answer, err)
+	}
+	t.Log(answer)
+	for _, h := range []*multinode.Node{nodes[0], nodes[2]} {
+		sawLine(t, h.VM, "is not of the key "+victim.Name+" escrowed its unlock key under", time.Minute)
+	}
+	if acked := w.stop(); len(acked) == 0 {
+		t.Error("no write was acknowledged while the rogue member tried")
+	} else {
+		t.Logf("%d writes acknowledged while the rogue member tried", len(acked))
+	}
+}
+
 func (m *multi) coldRestart(t *testing.T) {
 	nodes := m.c.Nodes[:3]
 	for _, n := range nodes {

@@ -48,6 +48,7 @@ type bootEnv struct {
 func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	log, params, st, t, hw, tl := b.log, b.params, b.st, b.tpm, b.hw, b.timeline
 	mgr := cluster.New(log)
+	exposeToRogue(mgr)
 	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {
 		mgr.Fail(err)

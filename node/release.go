@@ -5,6 +5,7 @@ package main
 import (
 	"log/slog"
 
+	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
@@ -18,3 +19,4 @@ func addTestParams(*slog.Logger, cmdline.Params)                      {}
 func testHooks(cmdline.Params, *storage.Storage) []supervisor.Service { return nil }
 func pauseHook(*slog.Logger, cmdline.Params, string) func(string)     { return nil }
 func testMarker(*slog.Logger, cmdline.Params) error                   { return nil }
+func exposeToRogue(*cluster.Manager)                                  {}

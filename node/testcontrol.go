@@ -76,6 +76,7 @@ func control(ctx context.Context) error {
 //
 //	clock D    steps the wall clock by the duration D (e.g. -10m), as a
 //	           time server's step or a wrong real-time clock would.
+//	rogue A    plays a compromised member's attempt A (rogue.go).
 func controlCommand(line string) string {
 	verb, arg, _ := strings.Cut(line, " ")
 	switch verb {
@@ -90,7 +91,9 @@ func controlCommand(line string) string {
 			return fmt.Sprintf("error: stepping the clock by %v: %v", d, err)
 		}
 		return "ok: clock stepped by " + d.String() + " to " + now.UTC().Format(time.RFC3339)
+	case "rogue":
+		return rogue(arg)
 	default:
-		return fmt.Sprintf("error: unknown command %q (want: clock DURATION)", line)
+		return fmt.Sprintf("error: unknown command %q (want: clock DURATION, rogue ATTEMPT)", line)
 	}
 }

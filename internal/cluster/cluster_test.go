@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"google.golang.org/protobuf/proto"
@@ -235,6 +236,8 @@ func TestJoinInProcess(t *testing.T) {
 		t.Errorf("get through the third member = %v, %v", get, err)
 	}
 
+	promotedThenCut(t, ctx, cl, owner, mint(0))
+
 	// The owner removes C while it is down: when it starts again, its
 	// peers tell it, and it stays down.
 	name := c.mgr.nodeName(t)
@@ -292,6 +295,59 @@ func TestJoinInProcess(t *testing.T) {
 			t.Errorf("member %s: %v", m.ip, err)
 		}
 	}
+}
+
+// promotedThenCut joins a fourth node with tk to the cluster of three
+// voters cl reaches, lets the cluster promote it, then cuts its power so
+// that its database loses what it had not flushed (the member among it):
+// started again, it asks to replace its member, and the cluster removes
+// the voter and admits the node as a new member, which runs. The owner
+// then removes it.
+func promotedThenCut(t *testing.T, ctx context.Context, cl *clientv3.Client, owner tls.Certificate, tk *enrolmentpb.Ticket) {
+	t.Helper()
+	dir := t.TempDir()
+	node := startJoiner(t, dir, "127.0.0.5", tk, JoinStarted)
+	node.wait(t, "paused after "+JoinStarted)
+	rec, err := readRecord(dataRecordIn(dir))
+	if err != nil || rec == nil {
+		t.Fatalf("the joining node's record: %v, %v", rec, err)
+	}
+	for deadline := time.Now().Add(time.Minute); !isVoter(t, ctx, cl, rec.MemberID); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("member %s is no voter a minute after it started", rec.MemberID)
+		}
+	}
+	node.kill()
+	loseUnflushed(t, filepath.Join(dir, "data", "etcd", "member", "snap", "db"), rec.MemberID)
+	node = startJoiner(t, dir, "127.0.0.5", tk, "")
+	node.wait(t, "node running cluster=unit")
+	node.kill()
+	again, err := readRecord(dataRecordIn(dir))
+	if err != nil || again == nil || again.MemberID == rec.MemberID {
+		t.Fatalf("the node's record after it started again: %+v, %v; want a new member", again, err)
+	}
+	list, err := cl.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range list.Members {
+		if hexID64(m.ID) == rec.MemberID {
+			t.Errorf("the lost voter %s is still a member", rec.MemberID)
+		}
+	}
+	if _, err := admin.RemoveNode(ctx, cl, rec.Node, owner, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// isVoter says whether the member with hex ID id votes.
+func isVoter(t *testing.T, ctx context.Context, cl *clientv3.Client, id string) bool {
+	t.Helper()
+	list, err := cl.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(list.Members, func(m *etcdserverpb.Member) bool { return hexID64(m.ID) == id && !m.IsLearner })
 }
 
 // replayRemoved tries what a removed node m, which joined with tk, can

@@ -170,7 +170,9 @@ func (mg *Manager) unfinished(ctx context.Context, rec *Record) (*consensus.Cons
 // askToJoin asks the cluster to admit the node with its key, until it
 // answers or refuses, replacing the member admitted before if replace is
 // set, and records the member admitted in rec. A node the cluster removed
-// records that it was.
+// records that it was, once the refusal shows the owner's word for it
+// (join.Refusal.CheckRemoved); without it the join fails, and the next
+// boot asks again.
 func (mg *Manager) askToJoin(ctx context.Context, rec *Record, key crypto.Signer, replace bool) (*joinpb.JoinResponse, error) {
 	t := mg.cfg.Enrolment.Ticket
 	csr, err := pki.NewCSR(rec.Node, mg.ips(), key)
@@ -184,6 +186,10 @@ func (mg *Manager) askToJoin(ctx context.Context, rec *Record, key crypto.Signer
 	})
 	var refusal *join.Refusal
 	if errors.As(err, &refusal) && refusal.Removed {
+		if cerr := refusal.CheckRemoved(mg.cfg.Enrolment.Owner, t.GetClusterName(), rec.Node); cerr != nil {
+			mg.log.Warn("a member refused the join as a removed node's, without the owner's word for it", "err", cerr)
+			return nil, fmt.Errorf("joining cluster %s: %w", t.GetClusterName(), err)
+		}
 		mg.log.Warn("the cluster refused the join", "reason", refusal.Reason)
 		return nil, mg.recordRemoval(rec)
 	}

@@ -40,6 +40,15 @@ func (mg *Manager) started(rec *Record, c *clientv3.Client) {
 	mg.client = c
 }
 
+// Client is the running member's etcd client, nil until it runs: what
+// the test build's rogue-member hook (node/rogue.go) acts through, as a
+// member compromised while running would.
+func (mg *Manager) Client() *clientv3.Client {
+	mg.m.mu.Lock()
+	defer mg.m.mu.Unlock()
+	return mg.client
+}
+
 // Healthy checks that the node runs and its member reads through the
 // cluster: a linearizable read, which takes a quorum. It is what an
 // update's try boot waits for before it confirms itself.

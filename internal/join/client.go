@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,7 +136,11 @@ func post(ctx context.Context, fingerprint, endpoint, path string, from netip.Ad
 	case http.StatusForbidden, http.StatusBadRequest:
 		return nil, &Refusal{Reason: strings.TrimSpace(string(b))}
 	case http.StatusGone:
-		return nil, &Refusal{Reason: strings.TrimSpace(string(b)), Removed: true}
+		var st joinpb.MemberStatus
+		if err := proto.Unmarshal(b, &st); err != nil {
+			return nil, fmt.Errorf("a refusal as removed that does not decode: %w", err)
+		}
+		return nil, &Refusal{Reason: st.GetReason(), Removed: true, CRL: st.GetCrl()}
 	default:
 		return nil, fmt.Errorf("%s: %s", res.Status, strings.TrimSpace(string(b)))
 	}
@@ -182,6 +187,28 @@ func Status(ctx context.Context, endpoints []string, ca, owner *x509.Certificate
 		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
 	}
 	return false, fmt.Errorf("no member answered: %w", errors.Join(errs...))
+}
+
+// CheckRemoved checks, for a node of owner (nil: none known), that r, a
+// refusal as removed, shows the owner's word for it: a CRL carrying the
+// owner's revocations in cluster that name node name. A member can refuse
+// anything, and a node that believes it was removed stays out for good.
+func (r *Refusal) CheckRemoved(owner *x509.Certificate, cluster, name string) error {
+	if owner == nil {
+		return nil
+	}
+	crl, err := x509.ParseRevocationList(r.CRL)
+	if err != nil {
+		return fmt.Errorf("it says node %s was removed, with no CRL to show for it: %w", name, err)
+	}
+	stmt, err := authority.Revocations(crl, owner)
+	switch {
+	case err != nil:
+		return fmt.Errorf("it says node %s was removed, with a CRL that is not the owner's word: %w", name, err)
+	case stmt == nil || stmt.GetCluster() != cluster || !slices.Contains(stmt.GetNodes(), name):
+		return fmt.Errorf("it says node %s was removed, and the owner's revocations in its CRL number %v do not", name, crl.Number)
+	}
+	return nil
 }
 
 // checkRemoval checks, in a cluster with an owner, that der, the CRL in

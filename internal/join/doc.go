@@ -27,5 +27,10 @@
 // A refusal (unknown, forged, expired or used ticket; a bad request; a
 // removed node, as HTTP 410 and Refusal.Removed) is final and comes back
 // as a *Refusal with the member's reason; anything else (no member
-// reachable, no quorum) is worth retrying.
+// reachable, no quorum) is worth retrying. A removed node's refusal, and
+// a member's status answer that a node was removed, carry the member's
+// CRL in force: in a cluster with an owner, a node believes it was
+// removed only if the owner's revocations in that CRL say so
+// (Refusal.CheckRemoved, Status), for any member can say anything, and a
+// removed node stays out for good.
 package join

@@ -86,10 +86,13 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Refusal is a join request the cluster will not grant; asking again will
 // not change that. Removed says the refusal is because the owner removed
-// the node (HTTP 410 on the wire): the node records that it was removed.
+// the node (HTTP 410 on the wire, with the answering member's CRL in
+// force): the node records that it was removed, once CheckRemoved agrees.
 type Refusal struct {
 	Reason  string
 	Removed bool
+	// CRL is the answering member's CRL in force, with Removed.
+	CRL []byte
 }
 
 func (r *Refusal) Error() string { return r.Reason }
@@ -132,11 +135,11 @@ func (s *Server) handle(fn func(context.Context, netip.Addr, *joinpb.JoinRequest
 		switch {
 		case errors.As(err, &refusal):
 			s.Log.Warn("join refused", "from", r.RemoteAddr, "path", r.URL.Path, "reason", refusal.Reason)
-			code := http.StatusForbidden
 			if refusal.Removed {
-				code = http.StatusGone
+				s.gone(w, refusal.Reason)
+				return
 			}
-			http.Error(w, refusal.Reason, code)
+			http.Error(w, refusal.Reason, http.StatusForbidden)
 			return
 		case err != nil:
 			s.Log.Warn("join failed", "from", r.RemoteAddr, "path", r.URL.Path, "err", err)
@@ -151,6 +154,23 @@ func (s *Server) handle(fn func(context.Context, netip.Addr, *joinpb.JoinRequest
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.Write(b)
 	}
+}
+
+// gone refuses a join as a removed node's (HTTP 410), with the CRL in
+// force that shows it: the node believes it only with the owner's word.
+func (s *Server) gone(w http.ResponseWriter, reason string) {
+	crl, err := os.ReadFile(s.PKI.CRL())
+	if err != nil {
+		s.Log.Warn("the CRL in force, for a removed node's refusal", "err", err)
+	}
+	b, err := proto.Marshal(&joinpb.MemberStatus{Removed: true, Crl: crl, Reason: reason})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.WriteHeader(http.StatusGone)
+	w.Write(b)
 }
 
 // status tells a node that presents a certificate of the cluster CA
@@ -317,7 +337,7 @@ func (s *Server) join(ctx context.Context, from netip.Addr, req *joinpb.JoinRequ
 	if err != nil {
 		return nil, err
 	}
-	known, err := s.admitted(ctx, name)
+	known, err := s.admitted(ctx, name, req.GetReplaceMember())
 	if err != nil {
 		return nil, err
 	}
@@ -360,8 +380,10 @@ func (s *Server) join(ctx context.Context, from netip.Addr, req *joinpb.JoinRequ
 // one whose member was replaced), once it has checked that the owner did
 // not remove the node since (the owner's removal leaves a tombstone, so a
 // node removed while it was joining does not come back with its claimed
-// ticket) and that its join is unfinished: a voter's ticket is spent.
-func (s *Server) admitted(ctx context.Context, name string) (*etcdserverpb.Member, error) {
+// ticket) and that its join is unfinished: a voter's ticket is spent,
+// unless the node asks to replace its member (replace), which it lost the
+// data of before it knew its join finished.
+func (s *Server) admitted(ctx context.Context, name string, replace bool) (*etcdserverpb.Member, error) {
 	nr, err := keyspace.ReadNode(ctx, s.Client, name)
 	switch {
 	case err != nil:
@@ -372,23 +394,28 @@ func (s *Server) admitted(ctx context.Context, name string) (*etcdserverpb.Membe
 		return nil, nil
 	}
 	m, err := s.member(ctx, name, nr)
-	if m != nil && !m.IsLearner {
+	if m != nil && !m.IsLearner && !replace {
 		return nil, refuse("node %s has joined and votes: its ticket is spent", name)
 	}
 	return m, err
 }
 
-// replace removes learner m, node name's member, which the node lost the
-// data of, so that it is admitted again as a new member: raft forbids a
-// member to come back with less of the log than it acknowledged (its
-// leader would commit entries the member no longer has, and it panics).
-// A learner counts in no quorum, so nothing is lost; admitted refuses a
-// voter's request before it comes here.
+// replace removes m, node name's member, which the node lost the data of
+// (a power cut took what its disk had not flushed), so that it is admitted
+// again as a new member: raft forbids a member to come back with less of
+// the log than it acknowledged (its leader would commit entries the
+// member no longer has, and it panics). A learner counts in no quorum. A
+// voter may have: removing it is losing that voter for good, which raft
+// survives while the rest keep a quorum (etcd removes a voter only then),
+// and never survives the voter coming back with less of the log. The node
+// proved it holds the key its ticket was claimed for, within the ticket's
+// lifetime, so it replaces no member but its own.
 func (s *Server) replace(ctx context.Context, name string, m *etcdserverpb.Member) error {
 	if _, err := s.Client.MemberRemove(ctx, m.ID); err != nil {
 		return fmt.Errorf("removing member %x to replace it: %w", m.ID, err)
 	}
-	s.Log.Info("removed a joining node's learner to admit it again", "node", name, "member", strconv.FormatUint(m.ID, 16))
+	s.Log.Info("removed the member of a joining node that lost its data, to admit it again", "node", name,
+		"member", strconv.FormatUint(m.ID, 16), "voter", !m.IsLearner)
 	return nil
 }
 

@@ -1,0 +1,176 @@
+//go:build boroughtest
+
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/escrow"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/unlock"
+)
+
+// The rogue-member hook: on a test's command, this node plays a member
+// compromised while running, which holds the cluster CA's key and can
+// write etcd, and tries what issue 26 says such a member must not get
+// away with. It is in the test build only (make check-release checks the
+// release binaries name no borough.test hook); each attempt says what it
+// did, and the test checks the cluster's answer on the other nodes.
+//
+//	rogue crl           signs a CRL revoking every member, numbered 100
+//	                    past etcd's, and puts it in etcd.
+//	rogue share ESCROW  signs itself a certificate, with a key of its own,
+//	                    in the name of the node whose escrow ESCROW
+//	                    (base64 of its JSON) is, and asks that node's
+//	                    holders for its shares, for rogueShareFor.
+
+// rogueShareFor is how long rogue share asks the holders.
+const rogueShareFor = 15 * time.Second
+
+// rogueCluster is the cluster manager the hook acts through.
+var rogueCluster atomic.Pointer[cluster.Manager]
+
+// exposeToRogue lets the hook act through mg.
+func exposeToRogue(mg *cluster.Manager) { rogueCluster.Store(mg) }
+
+// rogue runs a rogue command and says what it did.
+func rogue(arg string) string {
+	mg := rogueCluster.Load()
+	if mg == nil || mg.Client() == nil {
+		return "error: rogue: this node's member does not run"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rogueShareFor+30*time.Second)
+	defer cancel()
+	verb, rest, _ := strings.Cut(arg, " ")
+	var (
+		said string
+		err  error
+	)
+	switch verb {
+	case "crl":
+		said, err = rogueCRL(ctx, mg.Client())
+	case "share":
+		said, err = rogueShare(ctx, mg.Client(), rest)
+	default:
+		err = fmt.Errorf("unknown attempt %q (want: crl, share ESCROW)", verb)
+	}
+	if err != nil {
+		return "error: rogue " + verb + ": " + err.Error()
+	}
+	return "ok: rogue " + verb + ": " + said
+}
+
+// rogueCRL publishes a CRL, signed with the CA key, that revokes every
+// member.
+func rogueCRL(ctx context.Context, c *clientv3.Client) (string, error) {
+	ca, err := keyspace.ReadCA(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Get(ctx, keyspace.Nodes, clientv3.WithPrefix())
+	if err != nil {
+		return "", err
+	}
+	var everyone []*big.Int
+	for _, kv := range resp.Kvs {
+		r, err := keyspace.ParseNodeRecord(kv.Value)
+		if err != nil {
+			return "", err
+		}
+		for _, h := range r.Serials {
+			if s, ok := new(big.Int).SetString(h, 16); ok {
+				everyone = append(everyone, s)
+			}
+		}
+	}
+	cur, err := c.Get(ctx, keyspace.CRL)
+	if err != nil || len(cur.Kvs) == 0 {
+		return "", fmt.Errorf("reading etcd's CRL: %v", err)
+	}
+	current, err := x509.ParseRevocationList(cur.Kvs[0].Value)
+	if err != nil {
+		return "", err
+	}
+	number := current.Number.Int64() + 100
+	der, err := ca.CRL(number, everyone, time.Now())
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.Put(ctx, keyspace.CRL, string(der)); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("published CRL number %d revoking %d certificates", number, len(everyone)), nil
+}
+
+// rogueShare asks the holders of the escrow in b64 for its shares with a
+// certificate in its node's name and a key of the rogue's own.
+func rogueShare(ctx context.Context, c *clientv3.Client, b64 string) (string, error) {
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return "", fmt.Errorf("the escrow is not base64: %w", err)
+	}
+	var e escrow.Escrow
+	if err := json.Unmarshal(b, &e); err != nil {
+		return "", fmt.Errorf("the escrow: %w", err)
+	}
+	ca, err := keyspace.ReadCA(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	// A key of the rogue's own, in the node's name.
+	forged, err := ca.Issue(e.Binding.Node, nil, []string{e.Binding.Node}, time.Now())
+	if err != nil {
+		return "", err
+	}
+	addrs, err := rogueHolders(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	id := unlock.Identity{Cert: tls.Certificate{Certificate: [][]byte{forged.Cert.Raw}, PrivateKey: forged.Key, Leaf: forged.Cert}, CA: ca.Cert}
+	fctx, cancel := context.WithTimeout(ctx, rogueShareFor)
+	defer cancel()
+	var log strings.Builder
+	cuk, err := unlock.Fetch(fctx, slog.New(slog.NewTextHandler(&log, nil)), id, &e, addrs)
+	if err == nil {
+		return fmt.Sprintf("GOT the unlock key of %s (%d bytes)", e.Binding.Node, len(cuk)), nil
+	}
+	return fmt.Sprintf("no key of %s: %v", e.Binding.Node, err), nil
+}
+
+// rogueHolders are the unlock responders of the members, by name, at
+// their peer URLs' hosts.
+func rogueHolders(ctx context.Context, c *clientv3.Client) (map[string]string, error) {
+	list, err := c.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	addrs := map[string]string{}
+	for _, m := range list.Members {
+		for _, p := range m.PeerURLs {
+			if u, err := url.Parse(p); err == nil && m.Name != "" {
+				addrs[m.Name] = net.JoinHostPort(u.Hostname(), strconv.Itoa(unlock.Port))
+			}
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("no member has a peer URL")
+	}
+	return addrs, nil
+}
