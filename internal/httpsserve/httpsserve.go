@@ -45,14 +45,24 @@ type Endpoint struct {
 // ListenAndServe listens on addr, or on every address at port if addr is
 // empty, and serves until ctx ends.
 func (e Endpoint) ListenAndServe(ctx context.Context, addr string, port int) error {
+	l, err := e.Listen(addr, port)
+	if err != nil {
+		return err
+	}
+	return e.Serve(ctx, l)
+}
+
+// Listen listens on addr, or on every address at port if addr is empty,
+// for an endpoint that wraps its listener before it Serves.
+func (e Endpoint) Listen(addr string, port int) (net.Listener, error) {
 	if addr == "" {
 		addr = ":" + strconv.Itoa(port)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("%s: %w", e.Name, err)
+		return nil, fmt.Errorf("%s: %w", e.Name, err)
 	}
-	return e.Serve(ctx, l)
+	return l, nil
 }
 
 // Serve serves on l until ctx ends, and then returns ctx's error once the

@@ -11,12 +11,14 @@ import (
 
 // Limits of the join endpoint, which anyone on the network can reach
 // before they hold anything: each request costs etcd a linearizable read
-// in the process etcd runs in, so a flood is turned away before it gets
-// there. A joining node asks a handful of times, a member that lost its
-// leader once every 10 s; sources share no budget, so a flood from one
-// address leaves the others theirs.
+// in the process etcd runs in, and each connection a TLS handshake there,
+// so a flood is turned away before it gets that far. A joining node asks
+// a handful of times, one connection a request, and a member that lost
+// its leader once every 10 s; sources share no budget, so a flood from
+// one address leaves the others theirs.
 const (
-	// sourceRate and sourceBurst are what one source address may ask.
+	// sourceRate and sourceBurst are what one source address may ask,
+	// and how many connections it may open.
 	sourceRate  = rate.Limit(2)
 	sourceBurst = 10
 	// maxInFlight bounds the requests served at once, from all sources.
@@ -25,22 +27,59 @@ const (
 	maxSources = 1024
 )
 
+// budgets are the sources' budgets of one thing, requests or connections.
+type budgets struct {
+	mu      sync.Mutex
+	sources map[netip.Addr]*rate.Limiter
+}
+
+// allow takes one from a's budget. Once maxSources addresses are
+// remembered, those whose budget is full again are forgotten, or, if none
+// is, all: maxInFlight still bounds what a flood from many addresses
+// costs.
+func (b *budgets) allow(a netip.Addr) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sources == nil {
+		b.sources = map[netip.Addr]*rate.Limiter{}
+	}
+	lim, ok := b.sources[a]
+	if !ok {
+		if len(b.sources) >= maxSources {
+			b.forgetIdle()
+		}
+		lim = rate.NewLimiter(sourceRate, sourceBurst)
+		b.sources[a] = lim
+	}
+	return lim.Allow()
+}
+
+func (b *budgets) forgetIdle() {
+	for a, lim := range b.sources {
+		if lim.Tokens() >= sourceBurst {
+			delete(b.sources, a)
+		}
+	}
+	if len(b.sources) >= maxSources {
+		clear(b.sources)
+	}
+}
+
 // limiter turns away a source that asks too often (429) and any request
 // while maxInFlight are under way (503); a joining node retries either.
 type limiter struct {
-	mu       sync.Mutex
-	sources  map[netip.Addr]*rate.Limiter
+	requests budgets
 	inFlight chan struct{}
 }
 
 func newLimiter() *limiter {
-	return &limiter{sources: map[netip.Addr]*rate.Limiter{}, inFlight: make(chan struct{}, maxInFlight)}
+	return &limiter{inFlight: make(chan struct{}, maxInFlight)}
 }
 
 // wrap limits next.
 func (l *limiter) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !l.allow(source(r)) {
+		if !l.requests.allow(source(r)) {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "too many requests from this address", http.StatusTooManyRequests)
 			return
@@ -57,41 +96,40 @@ func (l *limiter) wrap(next http.Handler) http.Handler {
 	})
 }
 
-// allow takes one request from a's budget. Once maxSources addresses are
-// remembered, those whose budget is full again are forgotten, or, if none
-// is, all: maxInFlight still bounds what a flood from many addresses
-// costs.
-func (l *limiter) allow(a netip.Addr) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lim, ok := l.sources[a]
-	if !ok {
-		if len(l.sources) >= maxSources {
-			l.forgetIdle()
-		}
-		lim = rate.NewLimiter(sourceRate, sourceBurst)
-		l.sources[a] = lim
-	}
-	return lim.Allow()
-}
-
-func (l *limiter) forgetIdle() {
-	for a, lim := range l.sources {
-		if lim.Tokens() >= sourceBurst {
-			delete(l.sources, a)
-		}
-	}
-	if len(l.sources) >= maxSources {
-		clear(l.sources)
-	}
-}
-
 // source is the address a request came from.
 func source(r *http.Request) netip.Addr {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	return addrOf(r.RemoteAddr)
+}
+
+// addrOf is the address of "host:port", IPv4-mapped addresses unmapped.
+func addrOf(hostPort string) netip.Addr {
+	host, _, err := net.SplitHostPort(hostPort)
 	if err != nil {
 		return netip.Addr{}
 	}
 	a, _ := netip.ParseAddr(host)
 	return a.Unmap()
+}
+
+// connLimited is a listener that closes, before its TLS handshake, a
+// connection from a source that opens them faster than its budget.
+type connLimited struct {
+	net.Listener
+	conns budgets
+}
+
+// limitConns limits the connections l accepts per source.
+func limitConns(l net.Listener) net.Listener { return &connLimited{Listener: l} }
+
+func (l *connLimited) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.conns.allow(addrOf(c.RemoteAddr().String())) {
+			return c, nil
+		}
+		c.Close()
+	}
 }

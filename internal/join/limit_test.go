@@ -1,10 +1,14 @@
 package join
 
 import (
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -72,26 +76,87 @@ func TestLimiter(t *testing.T) {
 	})
 }
 
-// TestLimiterForgets remembers at most maxSources addresses, forgetting
+// TestBudgetsForget remembers at most maxSources addresses, forgetting
 // those whose budget is full again (idle) before a busy one.
-func TestLimiterForgets(t *testing.T) {
-	l := newLimiter()
+func TestBudgetsForget(t *testing.T) {
+	var b budgets
 	busy := netip.MustParseAddr("192.0.2.1")
 	for range sourceBurst {
-		l.allow(busy)
+		b.allow(busy)
 	}
 	for i := range maxSources - 1 {
-		l.allow(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}))
+		b.allow(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}))
 	}
 	// One token each back: the others are idle, busy is not.
 	time.Sleep(time.Duration(float64(time.Second) / float64(sourceRate)))
 	for i := range 10 {
-		l.allow(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}))
+		b.allow(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}))
 	}
-	if len(l.sources) > maxSources {
-		t.Errorf("%d sources remembered, want at most %d", len(l.sources), maxSources)
+	if len(b.sources) > maxSources {
+		t.Errorf("%d sources remembered, want at most %d", len(b.sources), maxSources)
 	}
-	if l.sources[busy] == nil {
+	if b.sources[busy] == nil {
 		t.Error("a busy source was forgotten while idle ones were remembered")
+	}
+}
+
+// TestLimitConns floods a listener with connections from one address:
+// past its burst, each is closed before the server sees it, while
+// another address still gets through.
+func TestLimitConns(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limited := limitConns(l)
+	defer limited.Close()
+	accepted := make(chan net.Conn, 2*sourceBurst)
+	go func() {
+		for {
+			c, err := limited.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	// dial opens n connections from the loopback address from, then
+	// says how many the server kept: a closed one reads EOF at once.
+	dial := func(from string, n int) (int, time.Duration) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		start := time.Now()
+		var conns []net.Conn
+		for range n {
+			c, err := d.Dial("tcp", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			conns = append(conns, c)
+		}
+		took := time.Since(start)
+		var kept atomic.Int32
+		var wg sync.WaitGroup
+		for _, c := range conns {
+			wg.Go(func() {
+				c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+				if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+					kept.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return int(kept.Load()), took
+	}
+	kept, took := dial("127.0.0.1", 2*sourceBurst)
+	// The burst, and what the budget refilled while the dials took.
+	if refilled := int(took.Seconds()*float64(sourceRate)) + 1; kept < sourceBurst || kept > sourceBurst+refilled {
+		t.Errorf("%d of %d connections from one address kept in %v, want its burst of %d", kept, 2*sourceBurst, took, sourceBurst)
+	}
+	if other, _ := dial("127.0.0.2", 1); other != 1 {
+		t.Error("another address's connection was closed")
+	}
+	if len(accepted) != kept+1 {
+		t.Errorf("the server accepted %d connections, want the %d kept", len(accepted), kept+1)
 	}
 }

@@ -81,7 +81,13 @@ func (s *Server) Run(ctx context.Context) error {
 		TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
 			ClientAuth: tls.RequestClientCert},
 	}
-	return e.ListenAndServe(ctx, s.Addr, Port)
+	// A source's connections past its budget are closed before their
+	// handshake (limitConns), its requests before they reach etcd.
+	l, err := e.Listen(s.Addr, Port)
+	if err != nil {
+		return err
+	}
+	return e.Serve(ctx, limitConns(l))
 }
 
 // Refusal is a join request the cluster will not grant; asking again will
