@@ -6,18 +6,21 @@
 //
 // Both sides authenticate with TLS 1.3 and node certificates of the
 // cluster CA, kept on the ESP with the key sealed to the TPM, and check
-// each other against the cluster's CRL (the running member's own, which
-// its watcher keeps current; before the member runs, the copy on the
-// ESP): a removed node is refused its shares even while a majority is
-// up. Certificates are
-// checked without their validity period: a cluster that lost power may
-// boot with its clocks wrong, and must not lock itself out over that;
-// node certificates are long-lived and revocation is by CRL.
+// each other against the cluster's CRL in force (the running member's
+// own, which its watcher keeps current; before the member runs, the copy
+// on the ESP): a removed node is refused its shares even while a majority
+// is up, under its old certificate or any new one in its name, for the
+// owner's revocations the CRL carries name it (authority.Revokes).
+// Certificates are checked without their validity period: a cluster that
+// lost power may boot with its clocks wrong, and must not lock itself out
+// over that; node certificates are long-lived and revocation is by CRL.
 //
-// A holder answers only the node a certificate names, and only for an
-// envelope addressed to itself in the cluster it belongs to; the share
-// travels sealed to a key the requester made for this boot. Every
-// release is logged.
+// A holder answers only the node a certificate names, only a certificate
+// of the key the node's escrow is bound to (every member holds the CA key
+// and could sign one in another's name with a key of its own), and only
+// for an envelope addressed to itself in the cluster it belongs to; the
+// share travels sealed to a key the requester made for this boot. Every
+// release and refusal is logged.
 package unlock
 
 import (
