@@ -12,9 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
-	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/unlock"
@@ -154,21 +152,19 @@ func rogueShare(ctx context.Context, c *clientv3.Client, b64 string) (string, er
 	return fmt.Sprintf("no key of %s: %v", e.Binding.Node, err), nil
 }
 
-// rogueHolders are the unlock responders of the members, by name, at
-// their peer URLs' hosts.
+// rogueHolders are the unlock responders of the members, by name.
 func rogueHolders(ctx context.Context, c *clientv3.Client) (map[string]string, error) {
 	list, err := c.MemberList(ctx)
 	if err != nil {
 		return nil, err
 	}
-	addrs := map[string]string{}
+	urls := map[string][]string{}
 	for _, m := range list.Members {
-		for _, p := range m.PeerURLs {
-			if u, err := url.Parse(p); err == nil && m.Name != "" {
-				addrs[m.Name] = net.JoinHostPort(u.Hostname(), strconv.Itoa(unlock.Port))
-			}
+		if m.Name != "" {
+			urls[m.Name] = m.PeerURLs
 		}
 	}
+	addrs := clusterkey.Responders(urls)
 	if len(addrs) == 0 {
 		return nil, errors.New("no member has a peer URL")
 	}

@@ -76,6 +76,49 @@ func Revocations(crl *x509.RevocationList, owner *x509.Certificate) (*authorityp
 	return &r, nil
 }
 
+// Follows checks that crl may be put in force after current (nil: none,
+// as on a node joining) by a node of owner: it carries the owner's
+// revocations of its number, listing exactly what it revokes
+// (Revocations), or, carrying none, revokes what current does (the CRL of
+// a cluster whose owner never removed a node); and it takes back no
+// certificate current revoked, nor any node the owner removed, for a
+// revocation is for good. Every member holds the CA's key: none may
+// revoke a node, or give one back its standing, on its own.
+func Follows(crl, current *x509.RevocationList, owner *x509.Certificate) error {
+	stmt, err := Revocations(crl, owner)
+	if err != nil {
+		return err
+	}
+	var was, removed []string
+	if current != nil {
+		was = pki.RevokedSerials(current)
+		if removed, err = RemovedNodes(current); err != nil {
+			return err
+		}
+	}
+	if stmt == nil && !slices.Equal(pki.RevokedSerials(crl), was) {
+		return fmt.Errorf("the CRL number %v changes what is revoked, and carries no revocations of the owner's", crl.Number)
+	}
+	if missing := without(was, pki.RevokedSerials(crl)); len(missing) > 0 {
+		return fmt.Errorf("the CRL number %v takes back the revocation of %v", crl.Number, missing)
+	}
+	if missing := without(removed, stmt.GetNodes()); len(missing) > 0 {
+		return fmt.Errorf("the CRL number %v takes back the removal of %v", crl.Number, missing)
+	}
+	return nil
+}
+
+// without are the elements of a not in b.
+func without(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // RemovedNodes are the nodes the owner's revocations in crl name, read
 // without checking the owner's signature: only for a CRL in force, which
 // its node put in force after Revocations checked it (and whose copy on

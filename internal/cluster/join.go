@@ -260,23 +260,15 @@ func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer, re
 }
 
 // checkJoinCRL checks the CRL the member that admitted the node gave it:
-// signed by the cluster's CA and, in a cluster with an owner, revoking
-// what the owner's revocations it carries say, or nothing if it carries
-// none (the owner never removed a node): a member cannot start a joiner
-// off with a CRL that revokes its peers.
+// signed by the cluster's CA and, in a cluster with an owner, one the
+// node may put in force with none before it (authority.Follows): a member
+// cannot start a joiner off with a CRL that revokes its peers.
 func checkJoinCRL(der []byte, ca, owner *x509.Certificate) error {
 	crl, err := pki.ParseCRL(der, ca)
 	if err != nil || owner == nil {
 		return err
 	}
-	stmt, err := authority.Revocations(crl, owner)
-	switch {
-	case err != nil:
-		return err
-	case stmt == nil && len(crl.RevokedCertificateEntries) > 0:
-		return fmt.Errorf("number %v revokes %v without the owner's signed revocations", crl.Number, pki.RevokedSerials(crl))
-	}
-	return nil
+	return authority.Follows(crl, nil, owner)
 }
 
 // awaitRole waits until the member may say it runs, and returns its role:

@@ -54,9 +54,7 @@ func (mg *Manager) Client() *clientv3.Client {
 // update's try boot waits for before it confirms itself.
 func (mg *Manager) Healthy(ctx context.Context) error {
 	state, _ := mg.m.current()
-	mg.m.mu.Lock()
-	c := mg.client
-	mg.m.mu.Unlock()
+	c := mg.Client()
 	if state != StateRunning || c == nil {
 		return fmt.Errorf("the node is %s, not Running", state)
 	}

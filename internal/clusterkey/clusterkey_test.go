@@ -18,7 +18,7 @@ import (
 )
 
 func TestResponders(t *testing.T) {
-	got := responders(map[string][]string{
+	got := Responders(map[string][]string{
 		"node-00000001": {"https://10.77.0.1:2380"},
 		"node-00000002": {"https://[fd00::2]:2380", "https://10.77.0.2:2380"},
 		"node-00000003": {"not a URL\x7f"},

@@ -359,11 +359,12 @@ func (k *Keeper) peerAddresses() (map[string]string, error) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return nil, fmt.Errorf("%s: %w", esp.MemberDirectory, err)
 	}
-	return responders(d.Members), nil
+	return Responders(d.Members), nil
 }
 
-// responders turns members' peer URLs into their responders' addresses.
-func responders(members map[string][]string) map[string]string {
+// Responders turns members' peer URLs (by name) into the addresses of
+// their unlock responders.
+func Responders(members map[string][]string) map[string]string {
 	out := make(map[string]string)
 	for name, urls := range members {
 		for _, u := range urls {

@@ -367,7 +367,7 @@ func holdersOf(ctx context.Context, m Member, voters []consensus.Member) ([]escr
 		holders = append(holders, escrow.Holder{Name: v.Name, Key: rsp.Kvs[0].Value})
 		urls[v.Name] = v.PeerURLs
 	}
-	return holders, responders(urls), nil
+	return holders, Responders(urls), nil
 }
 
 // writeESP replaces f on the ESP, atomically and durably, if it changed.

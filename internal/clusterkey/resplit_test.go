@@ -175,7 +175,7 @@ func TestReconcile(t *testing.T) {
 				holders = append(holders, escrow.Holder{Name: p.name, Key: p.pub})
 				urls[p.name] = dir[p.name]
 			}
-			addrs := responders(urls)
+			addrs := Responders(urls)
 			err := k.reconcile(ctx, escrow.Binding{Cluster: "prod", Node: self.name}, escrow.Threshold(len(st.voters)+1), holders, addrs)
 			stop()
 			if st.wantErr == "" && err != nil || st.wantErr != "" && (err == nil || !strings.Contains(err.Error(), st.wantErr)) {

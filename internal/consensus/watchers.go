@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -99,12 +98,8 @@ func (c *Consensus) checkCRL(der []byte) error {
 }
 
 // checkRevocations checks, in a cluster with an owner, that the CRL der
-// carries the owner's signed revocations of its number, which list
-// exactly the certificates it revokes (authority.Revocations), and that
-// it takes back nothing current revoked, nor any node the owner removed:
-// a revocation is for good. A CRL without the owner's revocations may
-// only revoke what current does (the CRL of a cluster whose owner never
-// removed a node).
+// may follow current in force (authority.Follows): it carries the owner's
+// signed revocations, and takes no revocation back.
 func (c *Consensus) checkRevocations(der []byte, current *x509.RevocationList) error {
 	owner, err := c.cfg.PKI.LoadOwner()
 	if owner == nil || err != nil {
@@ -114,37 +109,7 @@ func (c *Consensus) checkRevocations(der []byte, current *x509.RevocationList) e
 	if err != nil {
 		return err
 	}
-	stmt, err := authority.Revocations(crl, owner)
-	switch {
-	case err != nil:
-		return err
-	case stmt == nil && current != nil && !slices.Equal(pki.RevokedSerials(crl), pki.RevokedSerials(current)):
-		return fmt.Errorf("the CRL number %v changes what is revoked, and carries no revocations of the owner's", crl.Number)
-	case current == nil:
-		return nil
-	}
-	if missing := without(pki.RevokedSerials(current), pki.RevokedSerials(crl)); len(missing) > 0 {
-		return fmt.Errorf("the CRL number %v takes back the revocation of %v", crl.Number, missing)
-	}
-	removed, err := authority.RemovedNodes(current)
-	if err != nil {
-		return err
-	}
-	if missing := without(removed, stmt.GetNodes()); len(missing) > 0 {
-		return fmt.Errorf("the CRL number %v takes back the removal of %v", crl.Number, missing)
-	}
-	return nil
-}
-
-// without are the elements of a not in b.
-func without(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return out
+	return authority.Follows(crl, current, owner)
 }
 
 // errLearnerNotReady is etcd's refusal to promote a learner that has not

@@ -19,6 +19,7 @@ import (
 
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
 )
@@ -190,9 +191,9 @@ func Status(ctx context.Context, endpoints []string, ca, owner *x509.Certificate
 }
 
 // CheckRemoved checks, for a node of owner (nil: none known), that r, a
-// refusal as removed, shows the owner's word for it: a CRL carrying the
-// owner's revocations in cluster that name node name. A member can refuse
-// anything, and a node that believes it was removed stays out for good.
+// refusal as removed, shows the owner's word for it (ownersRemoval), in
+// cluster. A member can refuse anything, and a node that believes it was
+// removed stays out for good.
 func (r *Refusal) CheckRemoved(owner *x509.Certificate, cluster, name string) error {
 	if owner == nil {
 		return nil
@@ -201,39 +202,45 @@ func (r *Refusal) CheckRemoved(owner *x509.Certificate, cluster, name string) er
 	if err != nil {
 		return fmt.Errorf("it says node %s was removed, with no CRL to show for it: %w", name, err)
 	}
-	stmt, err := authority.Revocations(crl, owner)
-	switch {
-	case err != nil:
-		return fmt.Errorf("it says node %s was removed, with a CRL that is not the owner's word: %w", name, err)
-	case stmt == nil || stmt.GetCluster() != cluster || !slices.Contains(stmt.GetNodes(), name):
-		return fmt.Errorf("it says node %s was removed, and the owner's revocations in its CRL number %v do not", name, crl.Number)
+	stmt, err := ownersRemoval(crl, owner, name)
+	if err == nil && stmt.GetCluster() != cluster {
+		err = fmt.Errorf("it says node %s was removed, and the owner's revocations in its CRL number %v do not: they are of cluster %q",
+			name, crl.Number, stmt.GetCluster())
 	}
-	return nil
+	return err
 }
 
 // checkRemoval checks, in a cluster with an owner, that der, the CRL in
-// force of a member that said the node of cert was removed, carries the
-// owner's revocations and revokes cert.
+// force of a member that said the node of cert was removed, is the
+// cluster CA's and shows the owner's word for it (ownersRemoval).
 func checkRemoval(der []byte, ca, owner *x509.Certificate, cert tls.Certificate) error {
 	if owner == nil {
 		return nil
-	}
-	crl, err := pki.ParseCRL(der, ca)
-	if err != nil {
-		return fmt.Errorf("it says this node was removed, with no CRL to show for it: %w", err)
 	}
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
 		return err
 	}
+	crl, err := pki.ParseCRL(der, ca)
+	if err != nil {
+		return fmt.Errorf("it says node %s was removed, with no CRL to show for it: %w", leaf.Subject.CommonName, err)
+	}
+	_, err = ownersRemoval(crl, owner, leaf.Subject.CommonName)
+	return err
+}
+
+// ownersRemoval returns the owner's revocations crl carries, once it has
+// checked them against owner (authority.Revocations) and that they name
+// node name among the nodes the owner removed.
+func ownersRemoval(crl *x509.RevocationList, owner *x509.Certificate, name string) (*authoritypb.Revocations, error) {
 	stmt, err := authority.Revocations(crl, owner)
 	switch {
 	case err != nil:
-		return fmt.Errorf("it says this node was removed, with a CRL that is not the owner's word: %w", err)
-	case stmt == nil || authority.Revokes(crl, leaf) == "":
-		return fmt.Errorf("it says this node was removed, and the owner's revocations in its CRL number %v do not", crl.Number)
+		return nil, fmt.Errorf("it says node %s was removed, with a CRL that is not the owner's word: %w", name, err)
+	case stmt == nil || !slices.Contains(stmt.GetNodes(), name):
+		return nil, fmt.Errorf("it says node %s was removed, and the owner's revocations in its CRL number %v do not", name, crl.Number)
 	}
-	return nil
+	return stmt, nil
 }
 
 func status(ctx context.Context, endpoint string, ca *x509.Certificate, cert tls.Certificate) (*joinpb.MemberStatus, error) {
