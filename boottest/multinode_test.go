@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -346,16 +348,18 @@ func (m *multi) checkWrites(t *testing.T, n *multinode.Node, acked []string, whe
 // the third follows, and no acknowledged write is lost.
 // rogueMember plays a member compromised while running: node1, through
 // the test build's rogue hook, publishes a CRL that revokes every member,
-// and asks node2's holders for node2's shares with a certificate it
-// signed in node2's name. Every node refuses the CRL and every holder the
-// request, and the cluster takes writes throughout; the cold restart that
-// follows brings every node back.
+// asks node2's holders for node2's shares with a certificate it signed in
+// node2's name, and publishes an escrow key of its own as node2's. Every
+// node refuses the CRL, every holder the request, and node3 the escrow
+// key, which node2 puts back; the cluster takes writes throughout, and
+// the cold restart that follows brings every node back.
 func (m *multi) rogueMember(t *testing.T) {
 	nodes := m.c.Nodes[:3]
 	rogue, victim := nodes[0], nodes[1]
 	awaitEscrow(t, victim)
+	awaitEscrow(t, nodes[2])
 	cl := m.client(t, nodes[1:]...)
-	ctx := timeout(t, 3*time.Minute)
+	ctx := timeout(t, 5*time.Minute)
 	before, err := cl.Get(ctx, keyspace.CRL)
 	if err != nil || len(before.Kvs) == 0 {
 		t.Fatalf("reading etcd's CRL: %v", err)
@@ -385,11 +389,56 @@ func (m *multi) rogueMember(t *testing.T) {
 	for _, h := range []*multinode.Node{nodes[0], nodes[2]} {
 		sawLine(t, h.VM, "is not of the key "+victim.Name+" escrowed its unlock key under", time.Minute)
 	}
+	rogueEscrowKey(t, ctx, cl, rogue, victim, nodes[2])
 	if acked := w.stop(); len(acked) == 0 {
 		t.Error("no write was acknowledged while the rogue member tried")
 	} else {
 		t.Logf("%d writes acknowledged while the rogue member tried", len(acked))
 	}
+}
+
+// rogueEscrowKey has rogue publish an escrow key of its own as victim's:
+// peer refuses it, victim puts its own back, and peer's escrow still
+// seals victim's share to victim's key.
+func rogueEscrowKey(t *testing.T, ctx context.Context, cl *clientv3.Client, rogue, victim, peer *multinode.Node) {
+	t.Helper()
+	own := escrowKeyOf(t, ctx, cl, victim.Name)
+	answer, err := rogue.VM.Control("rogue escrowkey "+victim.Name, 2*time.Minute)
+	if err != nil || !strings.HasPrefix(answer, "ok: rogue escrowkey: published") {
+		t.Fatalf("rogue escrowkey: %q, %v", answer, err)
+	}
+	t.Log(answer)
+	sawLine(t, peer.VM, "node "+victim.Name+" was admitted with another key", time.Minute)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		now := escrowKeyOf(t, ctx, cl, victim.Name)
+		if bytes.Equal(now.Key, own.Key) && bytes.Equal(now.Cert, own.Cert) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not put its escrow key back within a minute", victim.Name)
+		}
+	}
+	var e escrow.Escrow
+	if err := json.Unmarshal(espCopy(t, peer, esp.CUKEscrow)[esp.CUKEscrow], &e); err != nil {
+		t.Fatal(err)
+	}
+	if env, ok := e.Envelope(victim.Name); !ok || !bytes.Equal(env.Key, own.Key) {
+		t.Errorf("node%d's escrow seals %s's share to %x, want its own key %x", peer.Index+1, victim.Name, env.Key, own.Key)
+	}
+}
+
+// escrowKeyOf is the escrow key record node published in etcd.
+func escrowKeyOf(t *testing.T, ctx context.Context, cl *clientv3.Client, node string) keyspace.EscrowKey {
+	t.Helper()
+	resp, err := cl.Get(ctx, keyspace.EscrowKeys+node)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reading %s's escrow key: %v", node, err)
+	}
+	var r keyspace.EscrowKey
+	if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
+		t.Fatalf("%s's escrow key: %v", node, err)
+	}
+	return r
 }
 
 func (m *multi) coldRestart(t *testing.T) {

@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"crypto/ecdh"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -38,9 +40,18 @@ import (
 //	                    in the name of the node whose escrow ESCROW
 //	                    (base64 of its JSON) is, and asks that node's
 //	                    holders for its shares, for rogueShareFor.
+//	rogue escrowkey NODE  signs itself a certificate in NODE's name, with a
+//	                    key of its own, and publishes with it an escrow key
+//	                    of its own as NODE's, with NODE's admission; it puts
+//	                    it back whenever NODE does, for rogueHoldFor.
 
-// rogueShareFor is how long rogue share asks the holders.
-const rogueShareFor = 15 * time.Second
+// rogueShareFor is how long rogue share asks the holders; rogueHoldFor
+// how long rogue escrowkey holds its record in etcd: more than two
+// rounds of the peers' clusterkey.Maintain.
+const (
+	rogueShareFor = 15 * time.Second
+	rogueHoldFor  = 25 * time.Second
+)
 
 // rogueCluster is the cluster manager the hook acts through.
 var rogueCluster atomic.Pointer[cluster.Manager]
@@ -54,7 +65,7 @@ func rogue(arg string) string {
 	if mg == nil || mg.Client() == nil {
 		return "error: rogue: this node's member does not run"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), rogueShareFor+30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), max(rogueShareFor, rogueHoldFor)+30*time.Second)
 	defer cancel()
 	verb, rest, _ := strings.Cut(arg, " ")
 	var (
@@ -66,8 +77,10 @@ func rogue(arg string) string {
 		said, err = rogueCRL(ctx, mg.Client())
 	case "share":
 		said, err = rogueShare(ctx, mg.Client(), rest)
+	case "escrowkey":
+		said, err = rogueEscrowKey(ctx, mg.Client(), rest)
 	default:
-		err = fmt.Errorf("unknown attempt %q (want: crl, share ESCROW)", verb)
+		err = fmt.Errorf("unknown attempt %q (want: crl, share ESCROW, escrowkey NODE)", verb)
 	}
 	if err != nil {
 		return "error: rogue " + verb + ": " + err.Error()
@@ -169,4 +182,51 @@ func rogueHolders(ctx context.Context, c *clientv3.Client) (map[string]string, e
 		return nil, errors.New("no member has a peer URL")
 	}
 	return addrs, nil
+}
+
+// rogueEscrowKey publishes an escrow key of its own as node's, signed
+// with a certificate it minted in node's name, with node's admission
+// copied, and keeps it there for rogueHoldFor.
+func rogueEscrowKey(ctx context.Context, c *clientv3.Client, node string) (string, error) {
+	ca, err := keyspace.ReadCA(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	cluster, err := c.Get(ctx, keyspace.Cluster)
+	if err != nil || len(cluster.Kvs) != 1 {
+		return "", fmt.Errorf("reading the cluster's name: %v", err)
+	}
+	rec, err := keyspace.ReadNode(ctx, c, node)
+	if err != nil {
+		return "", err
+	}
+	forged, err := ca.Issue(node, nil, []string{node}, time.Now())
+	if err != nil {
+		return "", err
+	}
+	mine, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	id := &unlock.Identity{Cert: tls.Certificate{Certificate: [][]byte{forged.Cert.Raw}, PrivateKey: forged.Key, Leaf: forged.Cert}, CA: ca.Cert}
+	b, err := clusterkey.SignEscrowKey(id, string(cluster.Kvs[0].Value), node, mine.PublicKey().Bytes(), rec.Admission)
+	if err != nil {
+		return "", err
+	}
+	key := keyspace.EscrowKeys + node
+	puts := 0
+	for end := time.Now().Add(rogueHoldFor); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		cur, err := c.Get(ctx, key)
+		if err != nil {
+			return "", err
+		}
+		if len(cur.Kvs) == 1 && string(cur.Kvs[0].Value) == string(b) {
+			continue
+		}
+		if _, err := c.Put(ctx, key, string(b)); err != nil {
+			return "", err
+		}
+		puts++
+	}
+	return fmt.Sprintf("published an escrow key of its own as %s's %d times", node, puts), nil
 }

@@ -9,6 +9,7 @@ import (
 	"crypto"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/big"
@@ -16,6 +17,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -84,7 +86,8 @@ type TicketParams struct {
 // MintTicket mints a join ticket and stores its record in the cluster,
 // with the owner's signed word for it (owner: the owner's certificate and
 // key; none, for a cluster without an owner), without which no member of
-// a cluster with an owner admits it.
+// a cluster with an owner admits it. The owner's first ticket also admits
+// the cluster's first node (admitFounder).
 func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams, owner tls.Certificate) (*enrolmentpb.Ticket, error) {
 	owner, err := withLeaf(owner)
 	if err != nil {
@@ -114,6 +117,9 @@ func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams, owner t
 		if rec.OwnerStatement, err = signTicket(owner, t, rec); err != nil {
 			return nil, err
 		}
+		if err := admitFounder(ctx, c, owner, t); err != nil {
+			return nil, err
+		}
 	}
 	b, err := proto.Marshal(rec)
 	if err != nil {
@@ -129,6 +135,63 @@ func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams, owner t
 		return nil, fmt.Errorf("the cluster already has a ticket %x; try again", t.GetId())
 	}
 	return t, nil
+}
+
+// admitFounder gives the cluster's first node its admission by the owner
+// (keyspace.NodeRecord.Admission), if it is the cluster's only node and
+// has none: a ticket like like, which the owner signs and claims for the
+// node's name and key at once, and whose secret is then forgotten. The
+// first node made its key before the owner could know it; until the
+// owner's first ticket no other node can have joined (a member admits
+// none without one), so the node the cluster records then is the one the
+// owner bootstrapped, reached through its pinned CA.
+func admitFounder(ctx context.Context, c *clientv3.Client, owner tls.Certificate, like *enrolmentpb.Ticket) error {
+	resp, err := c.Txn(ctx).Then(
+		clientv3.OpGet(keyspace.Nodes, clientv3.WithPrefix()), clientv3.OpGet(keyspace.NodeKeys, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("reading the cluster's nodes: %w", err)
+	}
+	nodes, keys := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(nodes) != 1 || len(keys) != 1 || string(keys[0].Value) != strings.TrimPrefix(string(nodes[0].Key), keyspace.Nodes) {
+		return nil
+	}
+	name := string(keys[0].Value)
+	rec, err := keyspace.ParseNodeRecord(nodes[0].Value)
+	if err != nil || rec.Admission != nil || rec.Removed {
+		return err
+	}
+	keyHash, err := hex.DecodeString(strings.TrimPrefix(string(keys[0].Key), keyspace.NodeKeys))
+	if err != nil {
+		return fmt.Errorf("the cluster's first node %s has a key recorded as %q: %w", name, keys[0].Key, err)
+	}
+	admission, err := founderAdmission(owner, like, name, keyHash)
+	if err != nil {
+		return err
+	}
+	_, err = keyspace.UpdateNode(ctx, c, name, func(r *keyspace.NodeRecord, _ bool) error {
+		if r.Admission == nil {
+			r.Admission = admission
+		}
+		return nil
+	})
+	return err
+}
+
+// founderAdmission is the admission of node name's key: a ticket like
+// like, signed and claimed by the owner.
+func founderAdmission(owner tls.Certificate, like *enrolmentpb.Ticket, name string, keyHash []byte) ([]byte, error) {
+	t, rec, err := ticket.Mint(ticket.Params{
+		Cluster: like.GetClusterName(), CAFingerprint: like.GetCaFingerprint(), Endpoints: like.GetJoinEndpoints(), TTL: time.Second,
+	}, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	statement, err := signTicket(owner, t, rec)
+	if err != nil {
+		return nil, err
+	}
+	return ticket.NewAdmission(statement, ticket.Prove(t, name, keyHash))
 }
 
 // joinEndpoints lists the voters' join endpoints, from their peer URLs.
@@ -360,7 +423,7 @@ func signTicket(owner tls.Certificate, t *enrolmentpb.Ticket, rec *joinpb.Ticket
 		return nil, err
 	}
 	return authority.Sign(owner.Leaf, key, authority.KindTicket, &authoritypb.Ticket{
-		Cluster: t.GetClusterName(), Id: t.GetId(), SecretSha256: rec.GetSecretSha256(),
+		Cluster: t.GetClusterName(), Id: t.GetId(), ClaimKey: rec.GetClaimKey(),
 		Expires: rec.GetExpires(), LearnerForGood: rec.GetLearnerForGood(),
 	})
 }

@@ -132,11 +132,16 @@ func decodeBody(s *authoritypb.Signed, kind Kind, body proto.Message) error {
 	return nil
 }
 
-// message is what is signed: the domain, kind and body, each prefixed
-// with its length.
+// message is what is signed: the domain, kind and body (Framed).
 func message(kind Kind, body []byte) []byte {
+	return Framed([]byte(domain), []byte(kind), body)
+}
+
+// Framed is parts, each prefixed with its length: what a Borough
+// signature covers, so that no two lists of parts sign the same bytes.
+func Framed(parts ...[]byte) []byte {
 	var m []byte
-	for _, part := range [][]byte{[]byte(domain), []byte(kind), body} {
+	for _, part := range parts {
 		m = binary.BigEndian.AppendUint32(m, uint32(len(part)))
 		m = append(m, part...)
 	}

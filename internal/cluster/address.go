@@ -98,7 +98,7 @@ func (mg *Manager) announceMove(ctx context.Context, c *consensus.Consensus, nam
 		if _, err := c.Client.MemberUpdate(ctx, c.MemberID(), []string{peer.String()}); err != nil {
 			return fmt.Errorf("updating the peer URL: %w", err)
 		}
-		return keyspace.AddSerial(ctx, c.Client, name, serial, false, 0)
+		return keyspace.AddSerial(ctx, c.Client, name, keyspace.Issue{Serial: serial})
 	})
 }
 

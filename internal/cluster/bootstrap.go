@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"time"
@@ -82,8 +83,9 @@ func (mg *Manager) writePKI(rec *Record) (*pki.CA, *pki.Cert, error) {
 	return ca, node, err
 }
 
-// storeCluster records the cluster's CA, CRL, owner and first node in
-// etcd.
+// storeCluster records the cluster's CA, CRL and first node, with its
+// key, in etcd. The owner admits that key when it first mints a ticket
+// (admin.MintTicket).
 func (mg *Manager) storeCluster(ctx context.Context, member *consensus.Consensus, cluster string, ca *pki.CA, name string, node *pki.Cert) error {
 	c := member.Client
 	key, err := pki.KeyPEM(ca.Key)
@@ -104,6 +106,7 @@ func (mg *Manager) storeCluster(ctx context.Context, member *consensus.Consensus
 		clientv3.OpPut(keyspace.CAKey, string(key)),
 		clientv3.OpPut(keyspace.CRL, string(crl)),
 		clientv3.OpPut(keyspace.Nodes+name, string(rec)),
+		clientv3.OpPut(keyspace.NodeKeys+hex.EncodeToString(pki.KeyHash(node.Cert)), name),
 	}
 	if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("storing the cluster CA in etcd: %w", err)

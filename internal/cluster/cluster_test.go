@@ -227,6 +227,9 @@ func TestJoinInProcess(t *testing.T) {
 	if _, err := cl.Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
+	for _, m := range []*member{a, b, c} {
+		m.admitted(t, ctx, cl, ownerCert)
+	}
 	cc, err := admin.Connect([]string{"127.0.0.3:2379"}, ca, owner)
 	if err != nil {
 		t.Fatal(err)
@@ -294,6 +297,29 @@ func TestJoinInProcess(t *testing.T) {
 		if err := <-m.done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("member %s: %v", m.ip, err)
 		}
+	}
+}
+
+// admitted checks that the cluster's record of m holds its admission by
+// owner, of the key of m's certificate: the joiners' from their tickets,
+// the first node's from the owner's first ticket.
+func (m *member) admitted(t *testing.T, ctx context.Context, cl *clientv3.Client, owner *x509.Certificate) {
+	t.Helper()
+	name := m.mgr.nodeName(t)
+	rec, err := keyspace.ReadNode(ctx, cl, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(m.mgr.pkiFiles().Cert())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := pki.ParseCertPEM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ticket.CheckAdmission(rec.Admission, owner, "unit", name, pki.KeyHash(cert)); err != nil {
+		t.Errorf("the cluster's record of node %s: %v", name, err)
 	}
 }
 
@@ -487,7 +513,7 @@ func rogueTickets(t *testing.T, ctx context.Context, cl *clientv3.Client, like *
 		{"no owner's word", func(*enrolmentpb.Ticket, *joinpb.TicketRecord) {}},
 		{"a stranger's word", func(tk *enrolmentpb.Ticket, rec *joinpb.TicketRecord) {
 			stmt, err := authority.Sign(stranger.Leaf, stranger.PrivateKey.(crypto.Signer), authority.KindTicket, &authoritypb.Ticket{
-				Cluster: tk.GetClusterName(), Id: tk.GetId(), SecretSha256: rec.GetSecretSha256(), Expires: rec.GetExpires()})
+				Cluster: tk.GetClusterName(), Id: tk.GetId(), ClaimKey: rec.GetClaimKey(), Expires: rec.GetExpires()})
 			if err != nil {
 				t.Fatal(err)
 			}

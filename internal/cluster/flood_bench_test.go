@@ -20,6 +20,8 @@ import (
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
 )
 
@@ -56,9 +58,10 @@ func BenchmarkJoinFlood(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	secret := slices.Clone(tk.GetSecret())
-	secret[0] ^= 1
-	body, err := proto.Marshal(&joinpb.JoinRequest{TicketId: tk.GetId(), Secret: secret, ClusterName: tk.GetClusterName()})
+	forged := proto.Clone(tk).(*enrolmentpb.Ticket)
+	forged.Secret[0] ^= 1
+	claim := ticket.Prove(forged, "", nil)
+	body, err := proto.Marshal(&joinpb.JoinRequest{TicketId: tk.GetId(), Claim: claim.Signature, ClusterName: tk.GetClusterName()})
 	if err != nil {
 		b.Fatal(err)
 	}

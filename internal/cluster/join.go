@@ -20,6 +20,7 @@ import (
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/join"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
 )
@@ -251,6 +252,12 @@ func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer, re
 	}
 	if err := checkJoinCRL(b.CRL, ca, b.Owner); err != nil {
 		return fmt.Errorf("the cluster's CRL: %w", err)
+	}
+	if b.Owner != nil {
+		if err := ticket.CheckAdmission(resp.GetAdmission(), b.Owner, rec.Cluster, rec.Node, pki.KeyHash(cert)); err != nil {
+			return fmt.Errorf("the cluster's answer: %w", err)
+		}
+		b.Admission = resp.GetAdmission()
 	}
 	record, err := recordFile(mg.dataRecord(), rec)
 	if err != nil {

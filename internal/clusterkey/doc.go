@@ -12,8 +12,12 @@
 //     (storage.Escrow), as storage made it.
 //   - Once the node is a member of a cluster of V ≥ 2 voters, and every
 //     other voter has published its escrow key in etcd
-//     (keyspace.EscrowKeys), Maintain splits the CUK among them, k =
-//     escrow.Threshold(V) of them needed, writes the escrow to the ESP
+//     (keyspace.EscrowKey: signed with the voter's certificate key and,
+//     with an owner, shown with the voter's admission, so that a member
+//     that rewrites another's record, though it holds the CA's key, gets
+//     no share sealed to a key of its own: published.go), Maintain splits
+//     the CUK among them, k = escrow.Threshold(V) of them needed, writes
+//     the escrow to the ESP
 //     (esp.CUKEscrow), checks that k peers really give it back (a test
 //     unlock), and only then deletes the locally sealed CUK.
 //   - When the voters change, it splits again under a new epoch, test

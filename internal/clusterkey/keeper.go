@@ -68,6 +68,8 @@ type Keeper struct {
 	responding bool
 	// bootErr is why Boot found no identity, if it failed to read one.
 	bootErr error
+	// saidWaiting says the node said it waits for its admission.
+	saidWaiting atomic.Bool
 }
 
 // Boot reads what the node has on its ESP to unlock and to answer its

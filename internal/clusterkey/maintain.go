@@ -11,14 +11,12 @@ import (
 	"os"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/escrow"
-	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/internal/unlock"
 )
 
@@ -64,8 +62,11 @@ func (k *Keeper) maintain(ctx context.Context, m Member) error {
 		return err
 	}
 	k.startResponder(ctx)
-	if err := publish(ctx, m.Consensus.Client, m.Node, pub); err != nil {
-		return err
+	if err := k.publish(ctx, m, pub); err != nil {
+		if !errors.Is(err, ticket.ErrNotAdmitted) {
+			return err
+		}
+		k.waitForAdmission(err)
 	}
 	if err := k.sealForOwner(m); err != nil {
 		return fmt.Errorf("sealing the node's keys for the owner: %w", err)
@@ -226,22 +227,6 @@ func (k *Keeper) ensureEscrowKey() ([]byte, error) {
 	return escrow.PublicKey(k.escrowKey)
 }
 
-// publish puts the node's escrow public key in etcd, if it is not there.
-func publish(ctx context.Context, c *clientv3.Client, node string, pub []byte) error {
-	key := keyspace.EscrowKeys + node
-	rsp, err := c.Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("reading the published escrow key: %w", err)
-	}
-	if len(rsp.Kvs) == 1 && bytes.Equal(rsp.Kvs[0].Value, pub) {
-		return nil
-	}
-	if _, err := c.Put(ctx, key, string(pub)); err != nil {
-		return fmt.Errorf("publishing the escrow key: %w", err)
-	}
-	return nil
-}
-
 // escrow splits the CUK among the other voters when they are not the
 // holders of the escrow on the ESP (reconcile), once every one of them
 // has published its escrow key.
@@ -257,7 +242,7 @@ func (k *Keeper) escrow(ctx context.Context, m Member) error {
 	var addrs map[string]string
 	if threshold > 0 {
 		var err error
-		if holders, addrs, err = holdersOf(ctx, m, voters); err != nil || holders == nil {
+		if holders, addrs, err = k.holdersOf(ctx, m, voters); err != nil || holders == nil {
 			return err
 		}
 	}
@@ -349,22 +334,24 @@ func (k *Keeper) keepLocally(cuk []byte, current *escrow.Escrow) error {
 
 // holdersOf returns the voters other than the node with their published
 // escrow keys, and their responders' addresses; nil while one of them has
-// not published its key yet.
-func holdersOf(ctx context.Context, m Member, voters []consensus.Member) ([]escrow.Holder, map[string]string, error) {
+// not published its key yet, an error if one published a key that does
+// not check (checkEscrowKey): the node keeps its escrow as it is then.
+func (k *Keeper) holdersOf(ctx context.Context, m Member, voters []consensus.Member) ([]escrow.Holder, map[string]string, error) {
+	t, err := k.trustOf(m)
+	if err != nil {
+		return nil, nil, err
+	}
 	var holders []escrow.Holder
 	urls := make(map[string][]string)
 	for _, v := range voters {
 		if v.Name == m.Node {
 			continue
 		}
-		rsp, err := m.Consensus.Client.Get(ctx, keyspace.EscrowKeys+v.Name)
-		if err != nil {
+		key, err := publishedKey(ctx, m.Consensus.Client, t, v.Name)
+		if err != nil || key == nil {
 			return nil, nil, err
 		}
-		if len(rsp.Kvs) != 1 {
-			return nil, nil, nil
-		}
-		holders = append(holders, escrow.Holder{Name: v.Name, Key: rsp.Kvs[0].Value})
+		holders = append(holders, escrow.Holder{Name: v.Name, Key: key})
 		urls[v.Name] = v.PeerURLs
 	}
 	return holders, Responders(urls), nil

@@ -50,6 +50,12 @@ func (f Files) LoadOwner() (*x509.Certificate, error) {
 // (see package keyspace for who holds the CA key, and why).
 func (f Files) CAKey() string { return filepath.Join(f.Dir, "ca-key.pem") }
 
+// Admission is the node's admission by the owner
+// (borough.authority.Admission), in a cluster with an owner: the node
+// shows it with its escrow key, so that peers know the key is the one
+// the owner admitted under its name.
+func (f Files) Admission() string { return filepath.Join(f.Dir, "admission.pb") }
+
 // Bundle is what the PKI files hold.
 type Bundle struct {
 	// CA is the cluster CA; Cert the node's certificate, issued by it.
@@ -63,6 +69,9 @@ type Bundle struct {
 	// CAKey is the cluster CA's key, for the node that keeps a copy
 	// (CAKey); nil leaves that file as it is.
 	CAKey crypto.Signer
+	// Admission is the node's admission (Admission); nil leaves that file
+	// as it is.
+	Admission []byte
 }
 
 // Write writes the bundle's files, and more, each atomically, with two
@@ -99,6 +108,9 @@ func (f Files) Write(b Bundle, more ...atomicfile.File) error {
 	}
 	if b.Owner != nil {
 		files = append(files, atomicfile.File{Path: f.Owner(), Data: trusted, Perm: 0o600})
+	}
+	if b.Admission != nil {
+		files = append(files, atomicfile.File{Path: f.Admission(), Data: b.Admission, Perm: 0o600})
 	}
 	if b.CAKey != nil {
 		caKey, err := pki.KeyPEM(b.CAKey)

@@ -3,6 +3,7 @@ package join
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
@@ -27,7 +29,9 @@ import (
 // Check asks the cluster whether the ticket would admit a fresh node,
 // without using it up. It returns a *Refusal if the cluster says no.
 func Check(ctx context.Context, t *enrolmentpb.Ticket) error {
-	_, err := call(ctx, t, pathCheck, netip.Addr{}, &joinpb.JoinRequest{TicketId: t.GetId(), Secret: t.GetSecret(), ClusterName: t.GetClusterName()})
+	_, err := call(ctx, t, pathCheck, netip.Addr{}, &joinpb.JoinRequest{
+		TicketId: t.GetId(), ClusterName: t.GetClusterName(), Claim: ticket.Prove(t, "", nil).Signature,
+	})
 	return err
 }
 
@@ -38,9 +42,14 @@ func Check(ctx context.Context, t *enrolmentpb.Ticket) error {
 // for csr's key and issued by that CA. replace asks for a new member in
 // place of the learner admitted before (JoinRequest.replace_member).
 func Join(ctx context.Context, t *enrolmentpb.Ticket, csr []byte, from netip.Addr, replace bool) (*joinpb.JoinResponse, error) {
+	c, err := x509.ParseCertificateRequest(csr)
+	if err != nil {
+		return nil, fmt.Errorf("the node's certificate request: %w", err)
+	}
+	keyHash := sha256.Sum256(c.RawSubjectPublicKeyInfo)
 	resp, err := call(ctx, t, pathJoin, from, &joinpb.JoinRequest{
-		TicketId: t.GetId(), Secret: t.GetSecret(), Csr: csr, ClusterName: t.GetClusterName(),
-		ReplaceMember: replace,
+		TicketId: t.GetId(), Csr: csr, ClusterName: t.GetClusterName(), ReplaceMember: replace,
+		Claim: ticket.Prove(t, c.Subject.CommonName, keyHash[:]).Signature,
 	})
 	if err != nil {
 		return nil, err

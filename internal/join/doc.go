@@ -3,15 +3,23 @@
 //
 //	node (ticket, own key)                       member (join endpoint, :7834)
 //	  │── TLS: pins the CA by the ticket's fingerprint ──▶│
-//	  │── POST /v1/check {ticket id, secret} ────────────▶│ ticket.Admit, no claim
+//	  │── POST /v1/check {ticket id, claim} ─────────────▶│ ticket.Admit, no claim
 //	  │   (before the node touches its data partition)    │
-//	  │── POST /v1/join {ticket id, secret, CSR} ────────▶│ 1. claim the ticket for the
+//	  │── POST /v1/join {ticket id, claim, CSR} ─────────▶│ 1. claim the ticket for the
 //	  │                                                   │    CSR's key (etcd txn)
 //	  │                                                   │ 2. sign the CSR with the CA
 //	  │                                                   │ 3. MemberAddAsLearner
 //	  │                                                   │ 4. record the node (serial, role,
-//	  │                                                   │    member ID)
-//	  │◀── certificate, CA, CRL, owner, members, ID ──────│
+//	  │                                                   │    member ID, admission)
+//	  │◀── certificate, CA, CRL, owner, members, ID, ─────│
+//	  │    admission                                      │
+//
+// The claim is signed with the ticket's claim key (package ticket), over
+// the node's name and key: the ticket's secret never travels, so the
+// member that serves the request learns nothing that claims the ticket
+// for another key. In a cluster with an owner, the claim and the owner's
+// signed ticket are the node's admission, which the node checks before it
+// writes anything and its peers check before they believe its key.
 //
 // Every member serves the endpoint, with its node certificate, so any one
 // of the ticket's endpoints will do. Each step is safe to repeat: a node

@@ -302,11 +302,17 @@ func (s *Server) ownersTicket(req *joinpb.JoinRequest, rec *joinpb.TicketRecord)
 	switch {
 	case t.GetCluster() != req.GetClusterName() || !bytes.Equal(t.GetId(), req.GetTicketId()):
 		return fmt.Errorf("the owner's statement is for ticket %x of cluster %q", t.GetId(), t.GetCluster())
-	case !bytes.Equal(t.GetSecretSha256(), rec.GetSecretSha256()) || t.GetExpires() != rec.GetExpires() ||
+	case !bytes.Equal(t.GetClaimKey(), rec.GetClaimKey()) || t.GetExpires() != rec.GetExpires() ||
 		t.GetLearnerForGood() != rec.GetLearnerForGood():
-		return errors.New("the record's secret, expiry or role is not what the owner signed")
+		return errors.New("the record's claim key, expiry or role is not what the owner signed")
 	}
 	return nil
+}
+
+// proof is the request's claim of its ticket for node name and the key
+// whose SHA-256 is keyHash (none to check the ticket only).
+func proof(req *joinpb.JoinRequest, name string, keyHash []byte) ticket.Proof {
+	return ticket.Proof{Cluster: req.GetClusterName(), ID: req.GetTicketId(), Node: name, KeyHash: keyHash, Signature: req.GetClaim()}
 }
 
 // admitError is the refusal of a ticket ticket.Admit did not admit: the
@@ -324,7 +330,7 @@ func (s *Server) check(ctx context.Context, _ netip.Addr, req *joinpb.JoinReques
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ticket.Admit(rec, req.GetSecret(), nil, time.Now()); err != nil {
+	if _, err := ticket.Admit(rec, proof(req, "", nil), time.Now()); err != nil {
 		return nil, admitError(err)
 	}
 	return &joinpb.JoinResponse{}, nil
@@ -339,7 +345,7 @@ func (s *Server) join(ctx context.Context, from netip.Addr, req *joinpb.JoinRequ
 		return nil, refuse("the certificate request is not valid: %v", err)
 	}
 	name := csr.Subject.CommonName
-	rec, err := s.claim(ctx, from, req, csr)
+	rec, admission, err := s.claim(ctx, from, req, csr)
 	if err != nil {
 		return nil, err
 	}
@@ -368,14 +374,15 @@ func (s *Server) join(ctx context.Context, from netip.Addr, req *joinpb.JoinRequ
 	} else if id, err = s.addLearner(ctx, name, peer.String()); err != nil {
 		return nil, err
 	}
-	if err := keyspace.AddSerial(ctx, s.Client, name, cert.SerialNumber.Text(16), rec.GetLearnerForGood(), id); err != nil {
+	is := keyspace.Issue{Serial: cert.SerialNumber.Text(16), Learner: rec.GetLearnerForGood(), MemberID: id, Admission: admission}
+	if err := keyspace.AddSerial(ctx, s.Client, name, is); err != nil {
 		return nil, err
 	}
 	resp, err := s.answer(ctx, ca)
 	if err != nil {
 		return nil, err
 	}
-	resp.Certificate, resp.MemberId, resp.LearnerForGood = cert.Raw, id, rec.GetLearnerForGood()
+	resp.Certificate, resp.MemberId, resp.LearnerForGood, resp.Admission = cert.Raw, id, rec.GetLearnerForGood(), admission
 	s.Log.Info("admitted node as a learner", "node", name, "member", strconv.FormatUint(id, 16), "peer", peer.String())
 	return resp, nil
 }
@@ -429,37 +436,45 @@ func (s *Server) replace(ctx context.Context, name string, m *etcdserverpb.Membe
 // for the request's key in one etcd transaction that also checks that
 // nobody claimed it in between and binds the key to the node's name. A
 // claimed ticket admits its own key again only within its lifetime, to
-// finish that join.
-func (s *Server) claim(ctx context.Context, from netip.Addr, req *joinpb.JoinRequest, csr *x509.CertificateRequest) (*joinpb.TicketRecord, error) {
+// finish that join. It returns the ticket's record and, in a cluster with
+// an owner, the node's admission (ticket.NewAdmission).
+func (s *Server) claim(ctx context.Context, from netip.Addr, req *joinpb.JoinRequest, csr *x509.CertificateRequest) (*joinpb.TicketRecord, []byte, error) {
 	if err := pki.CheckAddresses(csr, from); err != nil {
-		return nil, refuse("%v", err)
+		return nil, nil, refuse("%v", err)
 	}
 	rec, rev, err := s.record(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	keyHash := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
-	adm, err := ticket.Admit(rec, req.GetSecret(), keyHash[:], time.Now())
+	name := csr.Subject.CommonName
+	p := proof(req, name, keyHash[:])
+	adm, err := ticket.Admit(rec, p, time.Now())
 	if errors.Is(err, ticket.ErrExpired) && rec.GetNode() != "" {
 		if err := s.notRemoved(ctx, rec.GetNode()); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if err != nil {
-		return nil, admitError(err)
+		return nil, nil, admitError(err)
 	}
-	name := csr.Subject.CommonName
+	var admission []byte
+	if len(rec.GetOwnerStatement()) > 0 {
+		if admission, err = ticket.NewAdmission(rec.GetOwnerStatement(), p); err != nil {
+			return nil, nil, err
+		}
+	}
 	if adm == ticket.Again {
 		if rec.GetNode() != name {
-			return nil, refuse("the ticket was used by node %s, not %s", rec.GetNode(), name)
+			return nil, nil, refuse("the ticket was used by node %s, not %s", rec.GetNode(), name)
 		}
-		return rec, nil
+		return rec, admission, nil
 	}
 	claimed := proto.Clone(rec).(*joinpb.TicketRecord)
 	claimed.ClaimedBy, claimed.Node = keyHash[:], name
 	b, err := proto.Marshal(claimed)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	key, nodeKey := ticket.Key(req.GetTicketId()), keyspace.NodeKeys+hex.EncodeToString(keyHash[:])
 	// The node's name and key must be new to the cluster: a ticket admits
@@ -472,12 +487,12 @@ func (s *Server) claim(ctx context.Context, from netip.Addr, req *joinpb.JoinReq
 	).Then(clientv3.OpPut(key, string(b)), clientv3.OpPut(nodeKey, name)).
 		Else(clientv3.OpGet(keyspace.Nodes+name), clientv3.OpGet(nodeKey)).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("claiming the ticket: %w", err)
+		return nil, nil, fmt.Errorf("claiming the ticket: %w", err)
 	}
 	if !txn.Succeeded {
-		return nil, s.taken(ctx, txn, name)
+		return nil, nil, s.taken(ctx, txn, name)
 	}
-	return claimed, nil
+	return claimed, admission, nil
 }
 
 // taken explains a claim that failed: the name or the key is another

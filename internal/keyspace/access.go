@@ -45,22 +45,36 @@ func ReadCA(ctx context.Context, kv clientv3.KV) (*pki.CA, error) {
 	return &pki.CA{Cert: cert, Key: key}, nil
 }
 
-// AddSerial adds a certificate serial to node name's record (UpdateNode).
-// A node without a record gets one, with learner as its role; memberID,
-// if not 0, is recorded as the node's etcd member. A removed node's
-// record takes no serial.
-func AddSerial(ctx context.Context, kv clientv3.KV, name, serial string, learner bool, memberID uint64) error {
+// Issue is a certificate the cluster issued to a node, as AddSerial
+// records it.
+type Issue struct {
+	// Serial is the certificate's serial number, hex.
+	Serial string
+	// Learner is the node's role, if the cluster has no record of it.
+	Learner bool
+	// MemberID, if not 0, is the node's etcd member.
+	MemberID uint64
+	// Admission, if not nil, is the node's (NodeRecord.Admission).
+	Admission []byte
+}
+
+// AddSerial records certificate is of node name (UpdateNode). A node
+// without a record gets one. A removed node's record takes no serial.
+func AddSerial(ctx context.Context, kv clientv3.KV, name string, is Issue) error {
 	_, err := UpdateNode(ctx, kv, name, func(r *NodeRecord, found bool) error {
 		if !found {
-			r.Learner = learner
+			r.Learner = is.Learner
 		}
 		if r.Removed {
 			return fmt.Errorf("node %s was removed from the cluster", name)
 		}
-		if memberID != 0 {
-			r.MemberID = memberID
+		if is.MemberID != 0 {
+			r.MemberID = is.MemberID
 		}
-		r.Serials = append(r.Serials, serial)
+		if is.Admission != nil {
+			r.Admission = is.Admission
+		}
+		r.Serials = append(r.Serials, is.Serial)
 		return nil
 	})
 	return err

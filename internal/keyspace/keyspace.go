@@ -42,10 +42,26 @@ const (
 	// admits one node, once, so a removed node's key does not come back
 	// under another name or ticket.
 	NodeKeys = "/borough/node-keys/"
-	// EscrowKeys prefixes each node's escrow public key (X25519, 32
-	// bytes), by node name: its peers seal their shares to it.
+	// EscrowKeys prefixes each node's EscrowKey, by node name: its peers
+	// seal their shares to it.
 	EscrowKeys = "/borough/escrow-keys/"
 )
+
+// EscrowKey is a node's escrow public key as the node publishes it, JSON
+// at EscrowKeys + its name. Any member can rewrite the record, so the node
+// signs the key with its certificate's key and, in a cluster with an
+// owner, shows its admission: a peer seals a share to the key only once
+// it has checked both (package clusterkey), so that no member has its
+// peers seal another node's shares to a key of its own.
+type EscrowKey struct {
+	// Key is the X25519 public key, 32 bytes.
+	Key []byte `json:"key"`
+	// Cert is the node's certificate, DER, whose key made Signature.
+	Cert      []byte `json:"cert"`
+	Signature []byte `json:"signature"`
+	// Admission is the node's (NodeRecord.Admission).
+	Admission []byte `json:"admission,omitempty"`
+}
 
 // NodeRecord is what the cluster keeps of each node, as JSON at Nodes +
 // the node's name: enough to revoke its certificate, to know its role and
@@ -64,6 +80,11 @@ type NodeRecord struct {
 	// Removed says the owner removed the node: the record stays, so that
 	// neither its name nor its ticket admits it again.
 	Removed bool `json:"removed,omitempty"`
+	// Admission is the node's borough.authority.Admission in a cluster
+	// with an owner: any member can rewrite this record, none can forge
+	// an admission, so a reader checks it (ticket.CheckAdmission) before
+	// it believes that the node's key is the one the owner admitted.
+	Admission []byte `json:"admission,omitempty"`
 }
 
 // Is says whether etcd member m is node name of this record: by the

@@ -7,13 +7,20 @@
 // and sends only a certificate request, so a ticket that leaks before use
 // admits at most one node, and one that leaks after use admits none.
 //
-// The cluster keeps a Record of each ticket in etcd, under Key(id), with
-// the SHA-256 of the secret rather than the secret, so that reading etcd
-// (or a backup of it) gives nobody a usable ticket. Admit decides a join
-// request against the record:
+// The secret never leaves the node either. It derives the ticket's claim
+// key, an Ed25519 key (claim.go), whose public half the owner signs with
+// the ticket and the cluster keeps in its record of it, under Key(id).
+// The node proves it holds the ticket by signing, with the claim key,
+// the cluster's name, the ticket's ID and its own name and key: a member
+// that serves the request, or reads etcd or a backup of it, learns
+// nothing that claims the ticket for another key. The claim and the
+// owner's ticket together are the node's Admission, which anyone with
+// the owner certificate checks, without trusting any member: the owner
+// admitted this key under this name. Admit decides a join request
+// against the record:
 //
-//   - unknown ID, wrong secret (compared in constant time), or an expired
-//     ticket: refused;
+//   - unknown ID, a claim that does not verify, or an expired ticket:
+//     refused;
 //   - an unused ticket: admitted, and the caller claims it for the
 //     request's key in the same etcd transaction that reads it unchanged;
 //   - a ticket claimed by the same key: admitted again, even after expiry,
@@ -25,8 +32,6 @@ package ticket
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -65,7 +70,7 @@ const (
 // Errors of Admit, for callers that branch on them.
 var (
 	ErrUnknown     = errors.New("the cluster has no such ticket: it was never minted for this cluster")
-	ErrWrongSecret = errors.New("the ticket's secret is wrong: it is forged or damaged")
+	ErrWrongSecret = errors.New("the ticket's claim does not verify against its claim key: its secret is forged or damaged")
 	ErrExpired     = errors.New("the ticket has expired")
 	ErrUsed        = errors.New("the ticket was already used by another node")
 )
@@ -114,8 +119,7 @@ func Mint(p Params, now time.Time) (*enrolmentpb.Ticket, *joinpb.TicketRecord, e
 	if err := Check(t); err != nil {
 		return nil, nil, err
 	}
-	sum := sha256.Sum256(secret)
-	rec := &joinpb.TicketRecord{SecretSha256: sum[:], Expires: t.Expires, LearnerForGood: p.Learner}
+	rec := &joinpb.TicketRecord{ClaimKey: ClaimKey(t), Expires: t.Expires, LearnerForGood: p.Learner}
 	return t, rec, nil
 }
 
@@ -189,20 +193,19 @@ const (
 	Again
 )
 
-// Admit decides a join request with secret and the SHA-256 of the
-// requesting node's public key against the cluster's record (nil if it
-// has none) at now.
-func Admit(rec *joinpb.TicketRecord, secret, keyHash []byte, now time.Time) (Admission, error) {
+// Admit decides a join request, which proves its claim of the ticket
+// with p, against the cluster's record (nil if it has none) at now. A
+// request that only checks the ticket claims it for no node and no key.
+func Admit(rec *joinpb.TicketRecord, p Proof, now time.Time) (Admission, error) {
 	if rec == nil {
 		return 0, ErrUnknown
 	}
-	sum := sha256.Sum256(secret)
-	if subtle.ConstantTimeCompare(sum[:], rec.GetSecretSha256()) != 1 {
-		return 0, ErrWrongSecret
+	if err := p.verify(rec.GetClaimKey()); err != nil {
+		return 0, err
 	}
 	claimed := len(rec.GetClaimedBy()) > 0
 	switch {
-	case claimed && !bytes.Equal(rec.GetClaimedBy(), keyHash):
+	case claimed && !bytes.Equal(rec.GetClaimedBy(), p.KeyHash):
 		return 0, fmt.Errorf("%w (%s)", ErrUsed, rec.GetNode())
 	case now.Unix() >= rec.GetExpires():
 		return 0, fmt.Errorf("%w at %s", ErrExpired, time.Unix(rec.GetExpires(), 0).UTC().Format(time.RFC3339))

@@ -9,6 +9,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/authority"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
 )
@@ -41,6 +44,9 @@ func TestMintParse(t *testing.T) {
 	}
 	if strings.Contains(string(mustMarshal(t, rec)), string(tk.GetSecret())) {
 		t.Error("the cluster's record holds the secret")
+	}
+	if string(rec.GetClaimKey()) != string(ClaimKey(got)) {
+		t.Error("the record's claim key is not the parsed ticket's")
 	}
 	other, _ := mint(t)
 	if string(other.GetSecret()) == string(tk.GetSecret()) || string(other.GetId()) == string(tk.GetId()) {
@@ -95,36 +101,110 @@ func TestAdmit(t *testing.T) {
 	other := sha256.Sum256([]byte("another node's key"))
 	claimed := proto.Clone(rec).(*joinpb.TicketRecord)
 	claimed.ClaimedBy, claimed.Node = key[:], "node-00000001"
-	forged := append([]byte{}, tk.GetSecret()...)
-	forged[0] ^= 1
+	forged := proto.Clone(tk).(*enrolmentpb.Ticket)
+	forged.Secret[0] ^= 1
+	good := Prove(tk, "node-00000001", key[:])
+	replayed := good
+	replayed.KeyHash = other[:]
+	unsigned := good
+	unsigned.Signature = nil
 	late := now.Add(DefaultTTL + time.Second)
 	for _, tc := range []struct {
 		name    string
 		rec     *joinpb.TicketRecord
-		secret  []byte
-		key     []byte
+		proof   Proof
 		at      time.Time
 		want    Admission
 		wantErr error
 	}{
-		{"fresh", rec, tk.GetSecret(), key[:], now, Claim, nil},
-		{"preflight of a fresh ticket", rec, tk.GetSecret(), nil, now, Claim, nil},
-		{"unknown", nil, tk.GetSecret(), key[:], now, 0, ErrUnknown},
-		{"forged secret", rec, forged, key[:], now, 0, ErrWrongSecret},
-		{"no secret", rec, nil, key[:], now, 0, ErrWrongSecret},
-		{"expired", rec, tk.GetSecret(), key[:], late, 0, ErrExpired},
-		{"same node again", claimed, tk.GetSecret(), key[:], now, Again, nil},
-		{"same node again, after expiry", claimed, tk.GetSecret(), key[:], late, 0, ErrExpired},
-		{"replayed by another node, after expiry", claimed, tk.GetSecret(), other[:], late, 0, ErrUsed},
-		{"replayed by another node", claimed, tk.GetSecret(), other[:], now, 0, ErrUsed},
-		{"preflight of a used ticket", claimed, tk.GetSecret(), nil, now, 0, ErrUsed},
-		{"forged secret on a used ticket", claimed, forged, key[:], now, 0, ErrWrongSecret},
+		{"fresh", rec, good, now, Claim, nil},
+		{"preflight of a fresh ticket", rec, Prove(tk, "", nil), now, Claim, nil},
+		{"unknown", nil, good, now, 0, ErrUnknown},
+		{"forged secret", rec, Prove(forged, "node-00000001", key[:]), now, 0, ErrWrongSecret},
+		{"no signature", rec, unsigned, now, 0, ErrWrongSecret},
+		{"a claim replayed for another key", rec, replayed, now, 0, ErrWrongSecret},
+		{"expired", rec, good, late, 0, ErrExpired},
+		{"same node again", claimed, good, now, Again, nil},
+		{"same node again, after expiry", claimed, good, late, 0, ErrExpired},
+		{"replayed by another node, after expiry", claimed, Prove(tk, "node-00000002", other[:]), late, 0, ErrUsed},
+		{"replayed by another node", claimed, Prove(tk, "node-00000002", other[:]), now, 0, ErrUsed},
+		{"preflight of a used ticket", claimed, Prove(tk, "", nil), now, 0, ErrUsed},
+		{"forged secret on a used ticket", claimed, Prove(forged, "node-00000001", key[:]), now, 0, ErrWrongSecret},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Admit(tc.rec, tc.secret, tc.key, tc.at)
+			got, err := Admit(tc.rec, tc.proof, tc.at)
 			if got != tc.want || !errors.Is(err, tc.wantErr) {
 				t.Errorf("Admit = %v, %v; want %v, %v", got, err, tc.want, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestCheckAdmission tries what a member that holds the CA's key would
+// pass off as another node's admission: each is refused.
+func TestCheckAdmission(t *testing.T) {
+	owner, err := pki.NewOwner("owner", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := pki.NewOwner("owner", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, rec := mint(t)
+	statement := func(by *pki.Cert, claimKey []byte) []byte {
+		b, err := authority.Sign(by.Cert, by.Key, authority.KindTicket, &authoritypb.Ticket{
+			Cluster: tk.GetClusterName(), Id: tk.GetId(), Expires: rec.GetExpires(), ClaimKey: claimKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	key := sha256.Sum256([]byte("node key"))
+	mine := sha256.Sum256([]byte("the rogue's key"))
+	admission := func(statement []byte, p Proof) []byte {
+		b, err := NewAdmission(statement, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// A ticket of the rogue's own, claimed for its key in the node's name.
+	own, ownRec := mint(t)
+	ownTicket := proto.Clone(tk).(*enrolmentpb.Ticket)
+	ownTicket.Secret = own.GetSecret()
+	good := admission(statement(owner, rec.GetClaimKey()), Prove(tk, "node-00000001", key[:]))
+	for _, tc := range []struct {
+		name      string
+		admission []byte
+		node      string
+		key       []byte
+		want      string
+	}{
+		{"the owner's admission", good, "node-00000001", key[:], ""},
+		{"none", nil, "node-00000001", key[:], "has no admission"},
+		{"damaged", []byte("\xff\xff"), "node-00000001", key[:], "damaged"},
+		{"another node's, shown for this node", good, "node-00000002", key[:], "not node-00000002's"},
+		{"the node's, with the rogue's key", good, "node-00000001", mine[:], "another key"},
+		{"its claim re-signed for the rogue's key", admission(statement(owner, rec.GetClaimKey()), Prove(ownTicket, "node-00000001", mine[:])),
+			"node-00000001", mine[:], "does not verify"},
+		{"a ticket the rogue signed", admission(statement(rogue, ownRec.GetClaimKey()), Prove(ownTicket, "node-00000001", mine[:])),
+			"node-00000001", mine[:], "not signed by this node's owner"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckAdmission(tc.admission, owner.Cert, tk.GetClusterName(), tc.node, tc.key)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("CheckAdmission = %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrNotAdmitted) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("CheckAdmission = %v, want %v containing %q", err, ErrNotAdmitted, tc.want)
+			}
+		})
+	}
+	if err := CheckAdmission(good, owner.Cert, "other", "node-00000001", key[:]); err == nil || !strings.Contains(err.Error(), "for cluster") {
+		t.Errorf("CheckAdmission in another cluster = %v", err)
 	}
 }
