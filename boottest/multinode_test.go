@@ -390,6 +390,7 @@ func (m *multi) rogueMember(t *testing.T) {
 		sawLine(t, h.VM, "is not of the key "+victim.Name+" escrowed its unlock key under", time.Minute)
 	}
 	rogueEscrowKey(t, ctx, cl, rogue, victim, nodes[2])
+	m.rogueNodeAPI(t, rogue, victim)
 	if acked := w.stop(); len(acked) == 0 {
 		t.Error("no write was acknowledged while the rogue member tried")
 	} else {
@@ -424,6 +425,30 @@ func rogueEscrowKey(t *testing.T, ctx context.Context, cl *clientv3.Client, rogu
 	}
 	if env, ok := e.Envelope(victim.Name); !ok || !bytes.Equal(env.Key, own.Key) {
 		t.Errorf("node%d's escrow seals %s's share to %x, want its own key %x", peer.Index+1, victim.Name, env.Key, own.Key)
+	}
+}
+
+// rogueNodeAPI has rogue's node API present a certificate in victim's
+// name: the owner's tool refuses it, and believes rogue again once it
+// presents its own.
+func (m *multi) rogueNodeAPI(t *testing.T, rogue, victim *multinode.Node) {
+	t.Helper()
+	answer, err := rogue.VM.Control("rogue nodeapi "+victim.Name, time.Minute)
+	if err != nil || !strings.HasPrefix(answer, "ok: rogue nodeapi: the node API presents") {
+		t.Fatalf("rogue nodeapi: %q, %v", answer, err)
+	}
+	t.Log(answer)
+	contains(t, "node info of a node in another's name", cliFails(t, "--config", m.config, "node", "info", rogue.API(), "--fingerprint", m.c.Fingerprint),
+		"refusing node "+victim.Name+", whose certificate the owner did not admit")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		out, err := exec.Command(filepath.Join(outDir(t), "bin", "borough"), "--config", m.config, "node", "info", rogue.API(),
+			"--fingerprint", m.c.Fingerprint).CombinedOutput()
+		if err == nil && strings.Contains(string(out), rogue.Name) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node info of %s a minute after its rogue node API stopped: %v\n%s", rogue.Name, err, out)
+		}
 	}
 }
 

@@ -86,8 +86,9 @@ func apiService(current *atomic.Pointer[enrolment.Enrolment], mgr *cluster.Manag
 		}
 		return mgr.Owner()
 	}
+	identity, admission := apiIdentity(mgr)
 	s := &nodeapi.Server{
-		Owner: owner, Identity: mgr.Identity, Logs: lg.tree, Journal: lg.journal,
+		Owner: owner, Identity: identity, Admission: admission, Logs: lg.tree, Journal: lg.journal,
 		Info: func() *nodepb.Info { return about.info(mgr.Status(), current.Load().ClusterName) },
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
 			return about.updates.install(req, owner())

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"log/slog"
 
 	"github.com/borough-os/borough/internal/cluster"
@@ -20,3 +21,9 @@ func testHooks(cmdline.Params, *storage.Storage) []supervisor.Service { return n
 func pauseHook(*slog.Logger, cmdline.Params, string) func(string)     { return nil }
 func testMarker(*slog.Logger, cmdline.Params) error                   { return nil }
 func exposeToRogue(*cluster.Manager)                                  {}
+
+// apiIdentity is what the node API presents: the node's own identity and
+// admission.
+func apiIdentity(mgr *cluster.Manager) (func() (*tls.Certificate, error), func() []byte) {
+	return mgr.Identity, mgr.Admission
+}

@@ -44,6 +44,10 @@ import (
 //	                    key of its own, and publishes with it an escrow key
 //	                    of its own as NODE's, with NODE's admission; it puts
 //	                    it back whenever NODE does, for rogueHoldFor.
+//	rogue nodeapi NODE  signs itself a certificate in NODE's name, with a
+//	                    key of its own and its own addresses, and presents
+//	                    it on its node API, with NODE's admission, for
+//	                    rogueHoldFor.
 
 // rogueShareFor is how long rogue share asks the holders; rogueHoldFor
 // how long rogue escrowkey holds its record in etcd: more than two
@@ -79,8 +83,10 @@ func rogue(arg string) string {
 		said, err = rogueShare(ctx, mg.Client(), rest)
 	case "escrowkey":
 		said, err = rogueEscrowKey(ctx, mg.Client(), rest)
+	case "nodeapi":
+		said, err = rogueNodeAPI(ctx, mg, rest)
 	default:
-		err = fmt.Errorf("unknown attempt %q (want: crl, share ESCROW, escrowkey NODE)", verb)
+		err = fmt.Errorf("unknown attempt %q (want: crl, share ESCROW, escrowkey NODE, nodeapi NODE)", verb)
 	}
 	if err != nil {
 		return "error: rogue " + verb + ": " + err.Error()
@@ -229,4 +235,62 @@ func rogueEscrowKey(ctx context.Context, c *clientv3.Client, node string) (strin
 		puts++
 	}
 	return fmt.Sprintf("published an escrow key of its own as %s's %d times", node, puts), nil
+}
+
+// rogueAPI is what the node API presents while rogue nodeapi holds: a
+// certificate in another node's name and that node's admission.
+type rogueAPI struct {
+	cert      tls.Certificate
+	admission []byte
+}
+
+// posing is the rogue node API's identity, nil while it presents its own.
+var posing atomic.Pointer[rogueAPI]
+
+// apiIdentity is what the node API presents: the node's own identity and
+// admission, or those rogue nodeapi poses with.
+func apiIdentity(mgr *cluster.Manager) (func() (*tls.Certificate, error), func() []byte) {
+	identity := func() (*tls.Certificate, error) {
+		if p := posing.Load(); p != nil {
+			return &p.cert, nil
+		}
+		return mgr.Identity()
+	}
+	admission := func() []byte {
+		if p := posing.Load(); p != nil {
+			return p.admission
+		}
+		return mgr.Admission()
+	}
+	return identity, admission
+}
+
+// rogueNodeAPI has the node API present a certificate in node's name,
+// with the node's admission, for rogueHoldFor.
+func rogueNodeAPI(ctx context.Context, mg *cluster.Manager, node string) (string, error) {
+	c := mg.Client()
+	ca, err := keyspace.ReadCA(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	rec, err := keyspace.ReadNode(ctx, c, node)
+	if err != nil {
+		return "", err
+	}
+	own, err := mg.Identity()
+	if err != nil {
+		return "", err
+	}
+	leaf, err := x509.ParseCertificate(own.Certificate[0])
+	if err != nil {
+		return "", err
+	}
+	forged, err := ca.Issue(node, leaf.IPAddresses, leaf.DNSNames, time.Now())
+	if err != nil {
+		return "", err
+	}
+	cert := tls.Certificate{Certificate: [][]byte{forged.Cert.Raw, ca.Cert.Raw}, PrivateKey: forged.Key, Leaf: forged.Cert}
+	posing.Store(&rogueAPI{cert: cert, admission: rec.Admission})
+	time.AfterFunc(rogueHoldFor, func() { posing.Store(nil) })
+	return fmt.Sprintf("the node API presents %s's name for %v", node, rogueHoldFor), nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/x509"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
@@ -202,18 +204,49 @@ func writeBootstrap(stdout io.Writer, f bootstrapFlags) error {
 	}
 	switch {
 	case f.noOwner:
-		b.OwnerCertificate = nil
+		b.OwnerCertificate, b.OwnerTicket, b.TicketSecret = nil, nil, nil
 	case f.owner != "" || len(b.OwnerCertificate) == 0:
 		cert, err := loadOwnerCert(f.owner)
 		if err != nil {
 			return err
 		}
 		b.OwnerCertificate = cert.Raw
+		if err := signFounder(stdout, b, cert); err != nil {
+			return err
+		}
 	}
 	if err := f.apply(c); err != nil {
 		return err
 	}
 	return f.write(stdout, c)
+}
+
+// signFounder puts in b the first node's ticket, signed with the key of
+// owner, its owner, if this machine holds it (borough owner init): the
+// node's admission by its owner from its first boot. Without the key, the
+// owner's first ticket admits the node.
+func signFounder(stdout io.Writer, b *enrolmentpb.Bootstrap, owner *x509.Certificate) error {
+	b.OwnerTicket, b.TicketSecret = nil, nil
+	unsigned := func(why string) error {
+		fmt.Fprintf(stdout, "the first node's ticket is not signed (%s): your first `borough cluster ticket` admits the node\n", why)
+		return nil
+	}
+	if !exists(ownerKeyPath()) && !exists(clearKeyPath()) {
+		return unsigned("no owner key in " + configDir)
+	}
+	if cert, err := loadOwnerCert(""); err != nil || !cert.Equal(owner) {
+		return unsigned("the owner identity in " + configDir + " is not the owner certificate given")
+	}
+	kp, err := ownerKeyPair()
+	if err != nil {
+		return err
+	}
+	t, statement, err := admin.FounderTicket(kp, b.GetClusterName())
+	if err != nil {
+		return fmt.Errorf("signing the first node's ticket: %w", err)
+	}
+	b.OwnerTicket, b.TicketSecret = statement, t.GetSecret()
+	return nil
 }
 
 type joinFlags struct {
@@ -305,4 +338,10 @@ func showEnrolment(stdout io.Writer, path string) error {
 	}
 	fmt.Fprintln(stdout, "# a node accepts this config")
 	return nil
+}
+
+// exists says whether path names a file.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

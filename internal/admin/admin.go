@@ -139,8 +139,9 @@ func MintTicket(ctx context.Context, c *clientv3.Client, p TicketParams, owner t
 
 // admitFounder gives the cluster's first node its admission by the owner
 // (keyspace.NodeRecord.Admission), if it is the cluster's only node and
-// has none: a ticket like like, which the owner signs and claims for the
-// node's name and key at once, and whose secret is then forgotten. The
+// has none: a first node's ticket of like's cluster, which the owner signs
+// and claims for the node's name and key at once, and whose secret is then
+// forgotten. The
 // first node made its key before the owner could know it; until the
 // owner's first ticket no other node can have joined (a member admits
 // none without one), so the node the cluster records then is the one the
@@ -165,7 +166,7 @@ func admitFounder(ctx context.Context, c *clientv3.Client, owner tls.Certificate
 	if err != nil {
 		return fmt.Errorf("the cluster's first node %s has a key recorded as %q: %w", name, keys[0].Key, err)
 	}
-	admission, err := founderAdmission(owner, like, name, keyHash)
+	admission, err := founderAdmission(owner, like.GetClusterName(), name, keyHash)
 	if err != nil {
 		return err
 	}
@@ -178,20 +179,33 @@ func admitFounder(ctx context.Context, c *clientv3.Client, owner tls.Certificate
 	return err
 }
 
-// founderAdmission is the admission of node name's key: a ticket like
-// like, signed and claimed by the owner.
-func founderAdmission(owner tls.Certificate, like *enrolmentpb.Ticket, name string, keyHash []byte) ([]byte, error) {
-	t, rec, err := ticket.Mint(ticket.Params{
-		Cluster: like.GetClusterName(), CAFingerprint: like.GetCaFingerprint(), Endpoints: like.GetJoinEndpoints(), TTL: time.Second,
-	}, time.Now())
-	if err != nil {
-		return nil, err
-	}
-	statement, err := signTicket(owner, t, rec)
+// founderAdmission is the admission of node name's key: a first node's
+// ticket, signed and claimed by the owner.
+func founderAdmission(owner tls.Certificate, cluster, name string, keyHash []byte) ([]byte, error) {
+	t, statement, err := FounderTicket(owner, cluster)
 	if err != nil {
 		return nil, err
 	}
 	return ticket.NewAdmission(statement, ticket.Prove(t, name, keyHash))
+}
+
+// FounderTicket mints the ticket of cluster's first node (ticket.Founder)
+// and signs it as the owner: the ticket and the owner's statement.
+func FounderTicket(owner tls.Certificate, cluster string) (*enrolmentpb.Ticket, []byte, error) {
+	owner, err := withLeaf(owner)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := ownerSigner(owner)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, body, err := ticket.Founder(cluster, time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	statement, err := authority.Sign(owner.Leaf, key, authority.KindTicket, body)
+	return t, statement, err
 }
 
 // joinEndpoints lists the voters' join endpoints, from their peer URLs.

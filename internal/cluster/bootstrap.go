@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
 )
 
 // bootstrap creates the cluster. prev is the record of a bootstrap that
@@ -77,15 +79,40 @@ func (mg *Manager) writePKI(rec *Record) (*pki.CA, *pki.Cert, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	admission, err := mg.founderAdmission(rec.Node, node)
+	if err != nil {
+		return nil, nil, err
+	}
 	err = mg.pkiFiles().Write(consensus.Bundle{
 		CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: mg.cfg.Enrolment.Owner, CRL: crl, CAKey: ca.Key,
+		Admission: admission,
 	}, record)
 	return ca, node, err
 }
 
+// founderAdmission claims the first node's ticket of the node's bootstrap
+// config, if it has one, for node name's key, and returns the node's
+// admission; nil without one (the owner then admits the node with its
+// first ticket: admin.MintTicket).
+func (mg *Manager) founderAdmission(name string, node *pki.Cert) ([]byte, error) {
+	e := mg.cfg.Enrolment
+	if e.FounderTicket == nil {
+		return nil, nil
+	}
+	keyHash := pki.KeyHash(node.Cert)
+	admission, err := ticket.NewAdmission(e.FounderStatement, ticket.Prove(e.FounderTicket, name, keyHash))
+	if err != nil {
+		return nil, err
+	}
+	if err := ticket.CheckAdmission(admission, e.Owner, e.ClusterName, name, keyHash); err != nil {
+		return nil, fmt.Errorf("claiming the first node's ticket: %w", err)
+	}
+	return admission, nil
+}
+
 // storeCluster records the cluster's CA, CRL and first node, with its
-// key, in etcd. The owner admits that key when it first mints a ticket
-// (admin.MintTicket).
+// key and admission, in etcd. A first node without an admission gets it
+// when the owner first mints a ticket (admin.MintTicket).
 func (mg *Manager) storeCluster(ctx context.Context, member *consensus.Consensus, cluster string, ca *pki.CA, name string, node *pki.Cert) error {
 	c := member.Client
 	key, err := pki.KeyPEM(ca.Key)
@@ -96,7 +123,13 @@ func (mg *Manager) storeCluster(ctx context.Context, member *consensus.Consensus
 	if err != nil {
 		return err
 	}
-	rec, err := keyspace.NodeRecord{Serials: []string{node.Cert.SerialNumber.Text(16)}, MemberID: member.MemberID()}.Marshal()
+	admission, err := os.ReadFile(mg.pkiFiles().Admission())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	rec, err := keyspace.NodeRecord{
+		Serials: []string{node.Cert.SerialNumber.Text(16)}, MemberID: member.MemberID(), Admission: admission,
+	}.Marshal()
 	if err != nil {
 		return err
 	}

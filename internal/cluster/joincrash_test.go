@@ -224,7 +224,12 @@ func newJoinCrashCluster(t *testing.T, n int, snapshots uint64) *joinCrashCluste
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	ownerCert, owner := ownerIdentity(t)
-	leader := startWith(t, ctx, n, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert}, "",
+	// Its bootstrap config carries its ticket, which it claims for its key.
+	founder, statement, err := admin.FounderTicket(owner, "unit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := startWith(t, ctx, n, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert, FounderTicket: founder, FounderStatement: statement}, "",
 		overrides{listenOnIP: true, snapshots: snapshots})
 	leader.wait(t, "node running cluster=unit")
 	// The leader stops before its directory goes (cleanups run last
@@ -246,6 +251,7 @@ func newJoinCrashCluster(t *testing.T, n int, snapshots uint64) *joinCrashCluste
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
+	leader.admitted(t, ctx, cl, ownerCert)
 	// Enough entries that a leader that snapshots compacts its log.
 	for i := range 5 * snapshots {
 		if _, err := cl.Put(ctx, "k"+strconv.FormatUint(i, 10), "v"); err != nil {

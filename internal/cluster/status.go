@@ -82,6 +82,20 @@ func (mg *Manager) Owner() *x509.Certificate {
 // ErrNoIdentity says the node has no certificate of a cluster yet.
 var ErrNoIdentity = errors.New("the node has no certificate of a cluster yet")
 
+// Admission returns the node's admission by its owner, as its own
+// services show it with its certificate; nil while it has none (a node
+// without an owner, or one that has not joined).
+func (mg *Manager) Admission() []byte {
+	if mg.cfg.DataRoot == "" {
+		return nil
+	}
+	b, err := os.ReadFile(mg.pkiFiles().Admission())
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 // Identity returns the node's certificate, chained to its cluster CA, as
 // its own services present it to the owner. Before the node has one
 // (Failed before it joined) it returns ErrNoIdentity.

@@ -52,6 +52,11 @@ type Enrolment struct {
 	// Ticket is set when the node joins a cluster; its form is checked,
 	// its validity is the cluster's to judge.
 	Ticket *enrolmentpb.Ticket
+	// FounderTicket and FounderStatement are a first node's ticket and
+	// the owner's signed word for it (ticket.OpenFounder), if its
+	// bootstrap config carries them: the node claims it for its key.
+	FounderTicket    *enrolmentpb.Ticket
+	FounderStatement []byte
 	// StoragePolicy is how the data volume's key is protected.
 	StoragePolicy keyfile.TPMPolicy
 	// Interfaces are the links to configure; none means DHCP on the
@@ -303,10 +308,32 @@ func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error
 	}
 	e.ClusterName = b.GetClusterName()
 	var err error
-	if e.Owner, err = checkOwner("bootstrap.owner_certificate", b.GetOwnerCertificate()); err != nil || e.Owner == nil || now.IsZero() {
+	if e.Owner, err = checkOwner("bootstrap.owner_certificate", b.GetOwnerCertificate()); err != nil {
+		return err
+	}
+	if err := checkFounder(e, b); err != nil || e.Owner == nil || now.IsZero() {
 		return err
 	}
 	return e.CheckClock(now)
+}
+
+// checkFounder checks the first node's ticket a bootstrap config carries,
+// if any: the owner's, for this cluster and this secret.
+func checkFounder(e *Enrolment, b *enrolmentpb.Bootstrap) error {
+	switch {
+	case len(b.GetOwnerTicket()) == 0 && len(b.GetTicketSecret()) == 0:
+		return nil
+	case e.Owner == nil:
+		return fieldErr("bootstrap.owner_ticket", "is set in a cluster without an owner")
+	case len(b.GetOwnerTicket()) == 0 || len(b.GetTicketSecret()) == 0:
+		return fieldErr("bootstrap.owner_ticket", "and bootstrap.ticket_secret go together; one is missing")
+	}
+	t, err := ticket.OpenFounder(e.ClusterName, b.GetTicketSecret(), b.GetOwnerTicket(), e.Owner)
+	if err != nil {
+		return fieldErr("bootstrap.owner_ticket", "%v", err)
+	}
+	e.FounderTicket, e.FounderStatement = t, b.GetOwnerTicket()
+	return nil
 }
 
 // checkOwner parses der, the owner certificate in field, if any.

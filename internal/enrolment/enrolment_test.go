@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,10 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/keyfile"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -441,5 +445,70 @@ func TestOwnerRecovery(t *testing.T) {
 	}
 	if e, err := parse(nil, "none", now); err != nil || !e.OwnerRecovery {
 		t.Errorf("the default config = %+v, %v; want OwnerRecovery", e, err)
+	}
+}
+
+// TestCheckFounder: a bootstrap config's first node's ticket is taken
+// only as its owner signed it, for its cluster and with its secret.
+func TestCheckFounder(t *testing.T) {
+	owner, err := pki.NewOwner("owner", now.AddDate(0, -1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := pki.NewOwner("owner", now.AddDate(0, -1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	founder := func(by *pki.Cert, cluster string) (*enrolmentpb.Ticket, []byte) {
+		tk, body, err := ticket.Founder(cluster, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stmt, err := authority.Sign(by.Cert, by.Key, authority.KindTicket, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk, stmt
+	}
+	tk, stmt := founder(owner, "prod")
+	_, strangers := founder(stranger, "prod")
+	_, otherCluster := founder(owner, "other")
+	config := func(ownerCert, statement, secret []byte) *enrolmentpb.Config {
+		c := bootstrap("prod", ownerCert)
+		c.GetBootstrap().OwnerTicket, c.GetBootstrap().TicketSecret = statement, secret
+		return c
+	}
+	wrongSecret := slices.Clone(tk.GetSecret())
+	wrongSecret[0] ^= 1
+	for _, tc := range []struct {
+		name   string
+		config *enrolmentpb.Config
+		want   string
+	}{
+		{"the owner's", config(owner.Cert.Raw, stmt, tk.GetSecret()), ""},
+		{"none", config(owner.Cert.Raw, nil, nil), ""},
+		{"in a cluster without an owner", config(nil, stmt, tk.GetSecret()), "without an owner"},
+		{"without its secret", config(owner.Cert.Raw, stmt, nil), "one is missing"},
+		{"another secret", config(owner.Cert.Raw, stmt, wrongSecret), "not the one whose claim key the owner signed"},
+		{"signed by another owner", config(owner.Cert.Raw, strangers, tk.GetSecret()), "not signed by this node's owner"},
+		{"for another cluster", config(owner.Cert.Raw, otherCluster, tk.GetSecret()), `for cluster "other"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := Check(tc.config, now)
+			if tc.want != "" {
+				var fe *FieldError
+				if !errors.As(err, &fe) || !strings.HasPrefix(fe.Field, "bootstrap.") || !strings.Contains(fe.Problem, tc.want) {
+					t.Fatalf("Check = %v, want a FieldError of the bootstrap containing %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tc.config.GetBootstrap().GetOwnerTicket()) > 0 &&
+				(!bytes.Equal(e.FounderTicket.GetId(), tk.GetId()) || !bytes.Equal(e.FounderStatement, stmt)) {
+				t.Errorf("Check took the ticket %x, want %x", e.FounderTicket.GetId(), tk.GetId())
+			}
+		})
 	}
 }

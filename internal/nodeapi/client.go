@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
@@ -82,12 +85,40 @@ func (c *Client) call(ctx context.Context, timeout time.Duration, path string, r
 	if err != nil {
 		return nil, fmt.Errorf("node API at %s: %w", c.Addr, err)
 	}
+	if err := c.checkAdmission(resp); err != nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("node API at %s: %w", c.Addr, err)
+	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		return nil, fmt.Errorf("node API at %s: %s", c.Addr, strings.TrimSpace(string(msg)))
 	}
 	return resp, nil
+}
+
+// checkAdmission checks, for a node checked against its cluster CA, that
+// its answer carries its admission by the owner of the key of the
+// certificate it presented, under the name that certificate names.
+func (c *Client) checkAdmission(resp *http.Response) error {
+	if c.CA == nil || resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+		return nil
+	}
+	owner, err := x509.ParseCertificate(c.Owner.Certificate[0])
+	if err != nil {
+		return fmt.Errorf("the owner's certificate: %w", err)
+	}
+	peer := resp.TLS.PeerCertificates[0]
+	name := peer.Subject.CommonName
+	b, err := base64.StdEncoding.DecodeString(resp.Header.Get(AdmissionHeader))
+	if err != nil {
+		return fmt.Errorf("node %s's admission is not base64: %w", name, err)
+	}
+	if err := ticket.CheckAdmission(b, owner, "", name, pki.KeyHash(peer)); err != nil {
+		return fmt.Errorf("refusing node %s, whose certificate the owner did not admit: %w "+
+			"(a cluster's first node bootstrapped without the owner's key is admitted by the owner's first ticket)", name, err)
+	}
+	return nil
 }
 
 func (c *Client) unary(ctx context.Context, path string, req, resp proto.Message) error {

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/logtree"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
@@ -31,6 +33,28 @@ type node struct {
 	// unconfirmed makes the node not yet trust its owner, as an
 	// established node before its data volume confirms its ESP's record.
 	unconfirmed atomic.Bool
+	// forged makes the node present a certificate of its CA in its name
+	// with another key, as a member that holds the CA's key could, with
+	// the node's admission; unadmitted makes it show no admission.
+	forged, unadmitted atomic.Bool
+}
+
+// admission is the owner's admission of cert's key as node name.
+func admission(t testing.TB, owner *pki.Cert, name string, cert *pki.Cert) []byte {
+	t.Helper()
+	tk, statement, err := ticket.Founder("test", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed, err := authority.Sign(owner.Cert, owner.Key, authority.KindTicket, statement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ticket.NewAdmission(signed, ticket.Prove(tk, name, pki.KeyHash(cert.Cert)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 func keyPair(c *pki.Cert) tls.Certificate {
@@ -52,9 +76,14 @@ func startNode(t testing.TB, identity bool) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	forged, err := ca.Issue("node-1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := &node{ca: ca, owner: keyPair(owner), tree: logtree.New(100, 1<<20), powered: make(chan nodepb.PowerRequest_Action, 1)}
-	kp := keyPair(cert)
+	kp, forgedKP := keyPair(cert), keyPair(forged)
 	kp.Certificate = append(kp.Certificate, ca.Cert.Raw)
+	admitted := admission(t, owner, "node-1", cert)
 	s := &Server{
 		Owner: func() *x509.Certificate {
 			if n.ownerless.Load() {
@@ -63,10 +92,19 @@ func startNode(t testing.TB, identity bool) *node {
 			return owner.Cert
 		},
 		Identity: func() (*tls.Certificate, error) {
-			if !identity {
+			switch {
+			case !identity:
 				return nil, net.ErrClosed
+			case n.forged.Load():
+				return &forgedKP, nil
 			}
 			return &kp, nil
+		},
+		Admission: func() []byte {
+			if n.unadmitted.Load() {
+				return nil
+			}
+			return admitted
 		},
 		Logs:  n.tree,
 		Info:  func() *nodepb.Info { return &nodepb.Info{State: "Running", Version: "v1"} },
@@ -130,6 +168,18 @@ func TestAccess(t *testing.T) {
 			n.ownerless.Store(true)
 			return n.client(n.owner)
 		}, "certificate"},
+		{"a certificate in the node's name the owner did not admit", true, func(n *node) *Client {
+			n.forged.Store(true)
+			return n.client(n.owner)
+		}, "refusing node node-1, whose certificate the owner did not admit"},
+		{"a node that shows no admission", true, func(n *node) *Client {
+			n.unadmitted.Store(true)
+			return n.client(n.owner)
+		}, "node node-1 has no admission"},
+		{"a certificate the owner did not admit, unverified", true, func(n *node) *Client {
+			n.forged.Store(true)
+			return &Client{Addr: n.addr, Owner: n.owner, Unverified: true}
+		}, ""},
 		{"neither CA nor unverified", true, func(n *node) *Client { return &Client{Addr: n.addr, Owner: n.owner} }, "needs the cluster CA"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -66,7 +67,10 @@ type Server struct {
 	// Identity returns the certificate to present, or an error to present
 	// a self-signed one.
 	Identity func() (*tls.Certificate, error)
-	Logs     *logtree.Tree
+	// Admission returns the node's admission by its owner, which every
+	// answer carries (AdmissionHeader), or nil while it has none.
+	Admission func() []byte
+	Logs      *logtree.Tree
 	// Journal, if set, has the log of earlier boots.
 	Journal *logtree.Journal
 	// Info returns what the node says about itself.
@@ -135,6 +139,13 @@ func (s *Server) tlsConfig() *tls.Config {
 	}
 }
 
+// AdmissionHeader carries the node's admission by its owner
+// (borough.authority.Admission, base64) in every answer: the client checks
+// that the owner admitted the key of the certificate the node presented
+// under the name it names, for every member holds the CA's key and could
+// present a certificate in another's name.
+const AdmissionHeader = "Borough-Admission"
+
 // Handler answers requests on connections whose client Serve's TLS
 // config has checked.
 func (s *Server) Handler() http.Handler {
@@ -143,7 +154,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathInfo, s.info)
 	mux.HandleFunc("POST "+pathPower, s.power)
 	mux.HandleFunc("POST "+pathUpdate, s.update)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.Admission != nil {
+			if a := s.Admission(); a != nil {
+				w.Header().Set(AdmissionHeader, base64.StdEncoding.EncodeToString(a))
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // read decodes r's body into m, answering a bad request itself.

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/hkdf"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -72,6 +74,43 @@ func (p Proof) verify(key []byte) error {
 	return nil
 }
 
+// Founder mints the ticket of a cluster's first node, whose key nobody
+// knows before the node makes it at its first boot: the ticket (its
+// cluster, ID and secret) and the statement for the owner to sign
+// (authority.KindTicket). The node, or the owner's tool, claims it for
+// the node's key once there is one.
+func Founder(cluster string, now time.Time) (*enrolmentpb.Ticket, *authoritypb.Ticket, error) {
+	id, secret := make([]byte, idSize), make([]byte, secretSize)
+	if _, err := rand.Read(id); err != nil {
+		return nil, nil, err
+	}
+	if _, err := rand.Read(secret); err != nil {
+		return nil, nil, err
+	}
+	t := &enrolmentpb.Ticket{Version: Version, ClusterName: cluster, Id: id, Secret: secret}
+	return t, &authoritypb.Ticket{Cluster: cluster, Id: id, Expires: now.Unix(), ClaimKey: ClaimKey(t)}, nil
+}
+
+// OpenFounder returns a first node's ticket (Founder) of cluster, as the
+// node reads it from its bootstrap config: its secret, and statement, the
+// owner's signed ticket, which it checks.
+func OpenFounder(cluster string, secret, statement []byte, owner *x509.Certificate) (*enrolmentpb.Ticket, error) {
+	var s authoritypb.Ticket
+	if err := authority.Open(statement, owner, authority.KindTicket, &s); err != nil {
+		return nil, err
+	}
+	t := &enrolmentpb.Ticket{Version: Version, ClusterName: cluster, Id: s.GetId(), Secret: secret}
+	switch {
+	case s.GetCluster() != cluster:
+		return nil, fmt.Errorf("the owner's ticket is for cluster %q, not %q", s.GetCluster(), cluster)
+	case len(secret) != secretSize:
+		return nil, fmt.Errorf("the ticket's secret has %d bytes, want %d", len(secret), secretSize)
+	case !bytes.Equal(s.GetClaimKey(), ClaimKey(t)):
+		return nil, errors.New("the ticket's secret is not the one whose claim key the owner signed")
+	}
+	return t, nil
+}
+
 // NewAdmission is the admission of the node p claims the ticket for:
 // statement is the owner's signed ticket.
 func NewAdmission(statement []byte, p Proof) ([]byte, error) {
@@ -82,7 +121,8 @@ func NewAdmission(statement []byte, p Proof) ([]byte, error) {
 var ErrNotAdmitted = errors.New("the owner did not admit this key under this name")
 
 // CheckAdmission checks that b, an Admission, shows that owner admitted
-// the key whose SHA-256 is keyHash as node name in cluster.
+// the key whose SHA-256 is keyHash as node name in cluster (in any of the
+// owner's clusters if cluster is empty: the key names the node).
 func CheckAdmission(b []byte, owner *x509.Certificate, cluster, name string, keyHash []byte) error {
 	if len(b) == 0 {
 		return fmt.Errorf("%w: node %s has no admission", ErrNotAdmitted, name)
@@ -97,7 +137,7 @@ func CheckAdmission(b []byte, owner *x509.Certificate, cluster, name string, key
 	}
 	p := Proof{Cluster: t.GetCluster(), ID: t.GetId(), Node: a.GetNode(), KeyHash: a.GetKeySha256(), Signature: a.GetClaim()}
 	switch {
-	case t.GetCluster() != cluster:
+	case cluster != "" && t.GetCluster() != cluster:
 		return fmt.Errorf("%w: node %s's ticket is for cluster %q", ErrNotAdmitted, name, t.GetCluster())
 	case a.GetNode() != name:
 		return fmt.Errorf("%w: the admission is node %s's, not %s's", ErrNotAdmitted, a.GetNode(), name)

@@ -365,9 +365,16 @@ func (c *Cluster) JoinConfig(n *Node, ticket []byte) (string, error) {
 // Disk is n's disk image.
 func (n *Node) Disk() string { return n.opts.Image }
 
+// bootstrapConfig writes the first node's config, with its ticket signed
+// by the owner (admin.FounderTicket).
 func (c *Cluster) bootstrapConfig(n *Node) (string, error) {
+	t, statement, err := admin.FounderTicket(c.owner, c.opts.Cluster)
+	if err != nil {
+		return "", err
+	}
 	return c.writeConfig(n, &enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Bootstrap{
-		Bootstrap: &enrolmentpb.Bootstrap{ClusterName: c.opts.Cluster, OwnerCertificate: c.owner.Certificate[0]},
+		Bootstrap: &enrolmentpb.Bootstrap{ClusterName: c.opts.Cluster, OwnerCertificate: c.owner.Certificate[0],
+			OwnerTicket: statement, TicketSecret: t.GetSecret()},
 	}, Network: c.network(n)})
 }
 
