@@ -161,6 +161,11 @@ func (m *multi) threeVoters(t *testing.T) {
 	if err != nil || len(get.Kvs) != 1 || string(get.Kvs[0].Value) != "put on node 1" {
 		t.Fatalf("get on node 3 = %v, %v", get, err)
 	}
+	// etcd authentication is on: the owner is root, and so is each node's
+	// own client, or the cluster would not have formed.
+	if st, err := m.client(t, m.c.Nodes[1]).AuthStatus(ctx); err != nil || !st.Enabled {
+		t.Errorf("etcd authentication: %v, %v; want it on", st, err)
+	}
 	// Debian's etcdctl (3.4) with the env `borough qemu cluster` prints.
 	cmd := exec.Command("etcdctl", "member", "list")
 	cmd.Env = append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS=https://"+strings.Join(m.c.Endpoints(), ",https://"),

@@ -230,6 +230,7 @@ func TestJoinInProcess(t *testing.T) {
 	for _, m := range []*member{a, b, c} {
 		m.admitted(t, ctx, cl, ownerCert)
 	}
+	appCredential(t, ctx, cl, ca, owner)
 	cc, err := admin.Connect([]string{"127.0.0.3:2379"}, ca, owner)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,8 @@
 //	other members ──TLS, cluster CA cert, not in the CRL──────────────▶ :2380 ─┘
 //
 // The node's own client calls the member's API in its process
-// (etcd's v3client), not through a socket: no listener is there for
+// (etcd's v3client, with the node's etcd user: localclient.go), not
+// through a socket: no listener is there for
 // another local process to reach, and none for etcd to set up. A unix
 // socket listener made etcd build a second gRPC and HTTP server at
 // every start, and the node's gRPC client over it was more cold code to
@@ -87,7 +88,6 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -272,7 +272,7 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return &Consensus{cfg: cfg, etcd: e, Client: v3client.New(e.Server)}, nil
+	return &Consensus{cfg: cfg, etcd: e, Client: localClient(e.Server, nodeUser)}, nil
 }
 
 // ClusterID and MemberID identify the cluster and this member.
@@ -282,8 +282,9 @@ func (c *Consensus) MemberID() uint64  { return uint64(c.etcd.Server.MemberID())
 // ErrRemoved says the cluster removed this member.
 var ErrRemoved = errors.New("the cluster removed this member")
 
-// Run keeps the CRL file current and promotes learners until ctx ends or
-// etcd stops, then closes the member. Shutdown order:
+// Run keeps the CRL file current, promotes learners and turns etcd
+// authentication on (auth.go) until ctx ends or etcd stops, then closes
+// the member. Shutdown order:
 //  1. the watchers stop with ctx;
 //  2. the client closes;
 //  3. etcd stops serving and closes its data.
@@ -295,9 +296,10 @@ func (c *Consensus) Run(ctx context.Context) error {
 	// Stops the watchers (before Close, deferred earlier) whatever ends Run.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	go func() { errs <- c.watchCRL(ctx) }()
 	go func() { errs <- c.autopromote(ctx) }()
+	go func() { errs <- c.keepAuth(ctx) }()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

@@ -4,12 +4,16 @@
 // the CLI to import without linking etcd's server.
 //
 // Who can read what: every member reads and writes all of it through its
-// in-process client, and the owner through the client port. That includes
-// the cluster CA's key (KeyCAKey), because any member must be able to admit
-// a node while others are down; members hold the whole database anyway, and
-// the key is at rest only on encrypted data volumes (where each member also
-// keeps a copy, to give itself a new certificate when its address changed
-// while it was down and etcd cannot be read yet). A removed node cannot come
+// in-process client, and the owner through the client port, both as etcd's
+// root (etcd authentication is on: consensus/auth.go); a credential the
+// owner makes for an application gets a role over its own keys, none of
+// these. That includes the cluster CA's key (KeyCAKey), because any member
+// must be able to admit a node while others are down; members hold the
+// whole database anyway, and the key is at rest only on encrypted data
+// volumes (where each member also keeps a copy, to give itself a new
+// certificate when its address changed while it was down and etcd cannot
+// be read yet). What the key grants is bounded by the owner's signatures
+// (package authority; a node's admission, package ticket). A removed node cannot come
 // back by minting itself a certificate with a copy of it: its member ID is
 // removed, so the peers refuse its raft traffic whatever certificate it
 // shows, its NodeRecord stays as a tombstone (Removed) that the join

@@ -1,0 +1,289 @@
+package consensus
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
+	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+)
+
+// The node's own client, with etcd authentication on (auth.go).
+//
+// etcd's in-process client (v3client) hands each request's context to
+// the server as it is, so with authentication on the server finds no user
+// in it and refuses everything. etcd's own root token (AuthStore.WithRoot)
+// would do, but a simple token made per request is kept for its TTL,
+// five minutes of tokens at a thousand puts a second, and one kept would
+// expire. So the client here is v3client's, with each server wrapped to
+// put in the request's context what a TLS connection would: a verified
+// client certificate whose common name is the node's etcd user (etcd
+// takes the user from the CN once it requires client certificates, at
+// the revision of each request). Nothing crosses a socket: no listener
+// is there for another process to present itself.
+
+// nodeUser is the etcd user the node's own requests are made as: root, as
+// the node must add and remove members, which etcd lets root alone do.
+const nodeUser = "root"
+
+// as puts in a request's context the identity of user.
+type as struct{ user *x509.Certificate }
+
+func asUser(name string) as { return as{user: &x509.Certificate{Subject: pkix.Name{CommonName: name}}} }
+
+func (a as) ctx(ctx context.Context) context.Context {
+	ctx = peer.NewContext(ctx, &peer.Peer{AuthInfo: credentials.TLSInfo{
+		State: tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{a.user}}},
+	}})
+	if _, ok := metadata.FromIncomingContext(ctx); !ok {
+		ctx = metadata.NewIncomingContext(ctx, metadata.MD{})
+	}
+	return ctx
+}
+
+// localClient is a client of s in this process whose requests are made
+// as user.
+func localClient(s *etcdserver.EtcdServer, user string) *clientv3.Client {
+	a := asUser(user)
+	c := clientv3.NewCtxClient(context.Background(), clientv3.WithZapLogger(s.Logger()))
+	c.KV = clientv3.NewKVFromKVClient(adapter.KvServerToKvClient(kvAs{v3rpc.NewQuotaKVServer(s), a}), c)
+	c.Lease = clientv3.NewLeaseFromLeaseClient(adapter.LeaseServerToLeaseClient(leaseAs{v3rpc.NewQuotaLeaseServer(s), a}), c, time.Second)
+	c.Watcher = blankWatcher{clientv3.NewWatchFromWatchClient(adapter.WatchServerToWatchClient(watchAs{v3rpc.NewWatchServer(s), a}), c)}
+	c.Maintenance = clientv3.NewMaintenanceFromMaintenanceClient(
+		adapter.MaintenanceServerToMaintenanceClient(maintenanceAs{v3rpc.NewMaintenanceServer(s, nil), a}), c)
+	c.Cluster = clientv3.NewClusterFromClusterClient(adapter.ClusterServerToClusterClient(clusterAs{v3rpc.NewClusterServer(s), a}), c)
+	c.Auth = clientv3.NewAuthFromAuthClient(adapter.AuthServerToAuthClient(authAs{v3rpc.NewAuthServer(s), a}), c)
+	return c
+}
+
+// blankWatcher watches with a context whose string is fixed: the watcher
+// names its streams by their context's string, which would read the
+// values in it while others write them (as v3client does).
+type blankWatcher struct{ clientv3.Watcher }
+
+func (w blankWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	return w.Watcher.Watch(blankContext{ctx}, key, opts...)
+}
+
+type blankContext struct{ context.Context }
+
+func (blankContext) String() string { return "(blank)" }
+
+// bidiAs and streamAs are streams whose context carries an identity.
+type bidiAs[Req, Resp any] struct {
+	grpc.BidiStreamingServer[Req, Resp]
+	ctx context.Context
+}
+
+func (s bidiAs[Req, Resp]) Context() context.Context { return s.ctx }
+
+type streamAs[Resp any] struct {
+	grpc.ServerStreamingServer[Resp]
+	ctx context.Context
+}
+
+func (s streamAs[Resp]) Context() context.Context { return s.ctx }
+
+type kvAs struct {
+	pb.KVServer
+	as
+}
+
+func (s kvAs) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return s.KVServer.Range(s.ctx(ctx), r)
+}
+
+func (s kvAs) RangeStream(r *pb.RangeRequest, st grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
+	return s.KVServer.RangeStream(r, streamAs[pb.RangeStreamResponse]{st, s.ctx(st.Context())})
+}
+
+func (s kvAs) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	return s.KVServer.Put(s.ctx(ctx), r)
+}
+
+func (s kvAs) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	return s.KVServer.DeleteRange(s.ctx(ctx), r)
+}
+
+func (s kvAs) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	return s.KVServer.Txn(s.ctx(ctx), r)
+}
+
+func (s kvAs) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	return s.KVServer.Compact(s.ctx(ctx), r)
+}
+
+type watchAs struct {
+	pb.WatchServer
+	as
+}
+
+func (s watchAs) Watch(st grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResponse]) error {
+	return s.WatchServer.Watch(bidiAs[pb.WatchRequest, pb.WatchResponse]{st, s.ctx(st.Context())})
+}
+
+type leaseAs struct {
+	pb.LeaseServer
+	as
+}
+
+func (s leaseAs) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	return s.LeaseServer.LeaseGrant(s.ctx(ctx), r)
+}
+
+func (s leaseAs) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	return s.LeaseServer.LeaseRevoke(s.ctx(ctx), r)
+}
+
+func (s leaseAs) LeaseKeepAlive(st grpc.BidiStreamingServer[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]) error {
+	return s.LeaseServer.LeaseKeepAlive(bidiAs[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]{st, s.ctx(st.Context())})
+}
+
+func (s leaseAs) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	return s.LeaseServer.LeaseTimeToLive(s.ctx(ctx), r)
+}
+
+func (s leaseAs) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	return s.LeaseServer.LeaseLeases(s.ctx(ctx), r)
+}
+
+type clusterAs struct {
+	pb.ClusterServer
+	as
+}
+
+func (s clusterAs) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	return s.ClusterServer.MemberAdd(s.ctx(ctx), r)
+}
+
+func (s clusterAs) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	return s.ClusterServer.MemberRemove(s.ctx(ctx), r)
+}
+
+func (s clusterAs) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	return s.ClusterServer.MemberUpdate(s.ctx(ctx), r)
+}
+
+func (s clusterAs) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	return s.ClusterServer.MemberList(s.ctx(ctx), r)
+}
+
+func (s clusterAs) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	return s.ClusterServer.MemberPromote(s.ctx(ctx), r)
+}
+
+type maintenanceAs struct {
+	pb.MaintenanceServer
+	as
+}
+
+func (s maintenanceAs) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	return s.MaintenanceServer.Alarm(s.ctx(ctx), r)
+}
+
+func (s maintenanceAs) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	return s.MaintenanceServer.Status(s.ctx(ctx), r)
+}
+
+func (s maintenanceAs) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	return s.MaintenanceServer.Defragment(s.ctx(ctx), r)
+}
+
+func (s maintenanceAs) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
+	return s.MaintenanceServer.Hash(s.ctx(ctx), r)
+}
+
+func (s maintenanceAs) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	return s.MaintenanceServer.HashKV(s.ctx(ctx), r)
+}
+
+func (s maintenanceAs) Snapshot(r *pb.SnapshotRequest, st grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
+	return s.MaintenanceServer.Snapshot(r, streamAs[pb.SnapshotResponse]{st, s.ctx(st.Context())})
+}
+
+func (s maintenanceAs) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	return s.MaintenanceServer.MoveLeader(s.ctx(ctx), r)
+}
+
+func (s maintenanceAs) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
+	return s.MaintenanceServer.Downgrade(s.ctx(ctx), r)
+}
+
+type authAs struct {
+	pb.AuthServer
+	as
+}
+
+func (s authAs) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
+	return s.AuthServer.AuthEnable(s.ctx(ctx), r)
+}
+
+func (s authAs) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
+	return s.AuthServer.AuthDisable(s.ctx(ctx), r)
+}
+
+func (s authAs) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
+	return s.AuthServer.AuthStatus(s.ctx(ctx), r)
+}
+
+func (s authAs) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
+	return s.AuthServer.UserAdd(s.ctx(ctx), r)
+}
+
+func (s authAs) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
+	return s.AuthServer.UserGet(s.ctx(ctx), r)
+}
+
+func (s authAs) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
+	return s.AuthServer.UserList(s.ctx(ctx), r)
+}
+
+func (s authAs) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
+	return s.AuthServer.UserDelete(s.ctx(ctx), r)
+}
+
+func (s authAs) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
+	return s.AuthServer.UserChangePassword(s.ctx(ctx), r)
+}
+
+func (s authAs) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
+	return s.AuthServer.UserGrantRole(s.ctx(ctx), r)
+}
+
+func (s authAs) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
+	return s.AuthServer.UserRevokeRole(s.ctx(ctx), r)
+}
+
+func (s authAs) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
+	return s.AuthServer.RoleAdd(s.ctx(ctx), r)
+}
+
+func (s authAs) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
+	return s.AuthServer.RoleGet(s.ctx(ctx), r)
+}
+
+func (s authAs) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
+	return s.AuthServer.RoleList(s.ctx(ctx), r)
+}
+
+func (s authAs) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
+	return s.AuthServer.RoleDelete(s.ctx(ctx), r)
+}
+
+func (s authAs) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
+	return s.AuthServer.RoleGrantPermission(s.ctx(ctx), r)
+}
+
+func (s authAs) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
+	return s.AuthServer.RoleRevokePermission(s.ctx(ctx), r)
+}
