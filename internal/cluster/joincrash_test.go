@@ -42,6 +42,13 @@ type joinerSpec struct {
 }
 
 func TestMain(m *testing.M) {
+	if endpoint := os.Getenv(floodEnv); endpoint != "" {
+		if err := runFlood(endpoint); err != nil {
+			fmt.Fprintln(os.Stderr, "flood:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if spec := os.Getenv(joinerEnv); spec != "" {
 		if err := runJoiner(spec); err != nil {
 			fmt.Fprintln(os.Stderr, "joiner:", err)
