@@ -214,8 +214,7 @@ func rogueEscrowKey(ctx context.Context, c *clientv3.Client, node string) (strin
 	if err != nil {
 		return "", err
 	}
-	id := &unlock.Identity{Cert: tls.Certificate{Certificate: [][]byte{forged.Cert.Raw}, PrivateKey: forged.Key, Leaf: forged.Cert}, CA: ca.Cert}
-	b, err := clusterkey.SignEscrowKey(id, string(cluster.Kvs[0].Value), node, mine.PublicKey().Bytes(), rec.Admission)
+	b, err := keyspace.SignEscrowKey(forged.Key, forged.Cert.Raw, string(cluster.Kvs[0].Value), node, mine.PublicKey().Bytes(), rec.Admission)
 	if err != nil {
 		return "", err
 	}

@@ -35,9 +35,11 @@ func clusterCommand() *cobra.Command {
 		Short: "Mint a one-time join ticket as the owner of NODE's (HOST:PORT) cluster",
 		Long: `ticket asks the cluster, as its owner, to admit one more node: it writes a
 ticket (--out) that names the cluster, pins its CA and lists the members'
-join endpoints, with a random secret of which the cluster keeps only the
-hash. The ticket admits one node, once, until it expires (--ttl). Give it
-to 'borough enrolment join'.`,
+join endpoints, with a random secret that never leaves the node that
+joins with it: the node claims the ticket for its own key with a key
+derived from the secret, and the cluster keeps only that key's public
+half and your signature. The ticket admits one node, once, until it
+expires (--ttl). Give it to 'borough enrolment join'.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return mintTicket(cmd.OutOrStdout(), args[0], f)
@@ -48,8 +50,57 @@ to 'borough enrolment join'.`,
 	t.Flags().DurationVar(&f.ttl, "ttl", ticket.DefaultTTL, "how long the ticket admits a node")
 	t.Flags().BoolVar(&f.learner, "learner", false, "the node stays a learner: it holds the data but never votes")
 	t.Flags().StringVar(&f.policy, "storage-policy", "", "the joining node's TPM use: best-effort, required or disabled")
-	c.AddCommand(t)
+	c.AddCommand(t, admitCommand())
 	return c
+}
+
+func admitCommand() *cobra.Command {
+	var fingerprint string
+	c := &cobra.Command{
+		Use:   "admit NODE",
+		Short: "Admit, as the owner, the nodes of NODE's (HOST:PORT) cluster that joined before admissions",
+		Long: `admit signs your admission of each node of the cluster that has none: the
+nodes that joined before Borough checked admissions. It admits the key
+each node signed its published escrow key with, as the cluster holds it
+now, so run it right after the update that brought admissions. Until a
+node is admitted its peers seal it no unlock shares, and 'borough node'
+and 'borough update' refuse it (--unverified reaches one node).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return admitNodes(cmd.OutOrStdout(), args[0], fingerprint)
+		},
+	}
+	c.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
+	return c
+}
+
+func admitNodes(stdout io.Writer, node, fingerprint string) error {
+	var done []admin.Admitted
+	err := asOwner(node, fingerprint, func(ctx context.Context, c *clientv3.Client) error {
+		owner, err := ownerKeyPair()
+		if err != nil {
+			return err
+		}
+		done, err = admin.AdmitNodes(ctx, c, owner)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", node, err)
+	}
+	failed := 0
+	for _, a := range done {
+		if a.Key == "" {
+			failed++
+			fmt.Fprintf(stdout, "not admitted %s: %s\n", a.Node, a.Why)
+			continue
+		}
+		fmt.Fprintf(stdout, "admitted %s: the key of its certificate %s\n", a.Node, a.Key)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d nodes without an admission not admitted", failed, len(done))
+	}
+	fmt.Fprintf(stdout, "every node of the cluster is admitted (%d now)\n", len(done))
+	return nil
 }
 
 func mintTicket(stdout io.Writer, node string, f ticketFlags) error {

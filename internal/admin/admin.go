@@ -166,7 +166,7 @@ func admitFounder(ctx context.Context, c *clientv3.Client, owner tls.Certificate
 	if err != nil {
 		return fmt.Errorf("the cluster's first node %s has a key recorded as %q: %w", name, keys[0].Key, err)
 	}
-	admission, err := founderAdmission(owner, like.GetClusterName(), name, keyHash)
+	admission, err := ownerAdmission(owner, like.GetClusterName(), name, keyHash)
 	if err != nil {
 		return err
 	}
@@ -179,14 +179,92 @@ func admitFounder(ctx context.Context, c *clientv3.Client, owner tls.Certificate
 	return err
 }
 
-// founderAdmission is the admission of node name's key: a first node's
+// ownerAdmission is the admission of node name's key: a first node's
 // ticket, signed and claimed by the owner.
-func founderAdmission(owner tls.Certificate, cluster, name string, keyHash []byte) ([]byte, error) {
+func ownerAdmission(owner tls.Certificate, cluster, name string, keyHash []byte) ([]byte, error) {
 	t, statement, err := FounderTicket(owner, cluster)
 	if err != nil {
 		return nil, err
 	}
 	return ticket.NewAdmission(statement, ticket.Prove(t, name, keyHash))
+}
+
+// Admitted says what AdmitNodes did for one node.
+type Admitted struct {
+	Node string
+	// Key is the fingerprint of the certificate whose key it admitted;
+	// empty if it admitted none, and Why says why not.
+	Key, Why string
+}
+
+// AdmitNodes gives each node of the cluster that has no admission by the
+// owner, as a node that joined before Borough checked admissions, the
+// owner's admission of the key its published escrow key record is
+// signed with (keyspace.EscrowKey), if a certificate of the cluster CA in
+// its name signed it. The owner trusts the cluster as it is then, as
+// admitFounder does: run it right after the update that brought
+// admissions, before any member could be compromised.
+func AdmitNodes(ctx context.Context, c *clientv3.Client, owner tls.Certificate) ([]Admitted, error) {
+	owner, err := withLeaf(owner)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.Cluster), clientv3.OpGet(keyspace.Nodes, clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster's nodes: %w", err)
+	}
+	cluster := string(keyspace.Value(resp, 0))
+	ca, err := keyspace.ReadCA(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	var out []Admitted
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		name := strings.TrimPrefix(string(kv.Key), keyspace.Nodes)
+		rec, err := keyspace.ParseNodeRecord(kv.Value)
+		if err != nil {
+			return out, fmt.Errorf("the record of node %s: %w", name, err)
+		}
+		if rec.Removed || rec.Admission != nil {
+			continue
+		}
+		out = append(out, admitNode(ctx, c, owner, cluster, ca.Cert, name))
+	}
+	return out, nil
+}
+
+// admitNode admits node name's key, from its escrow key record.
+func admitNode(ctx context.Context, c *clientv3.Client, owner tls.Certificate, cluster string, ca *x509.Certificate, name string) Admitted {
+	a := Admitted{Node: name}
+	resp, err := c.Get(ctx, keyspace.EscrowKeys+name)
+	if err != nil || len(resp.Kvs) != 1 {
+		a.Why = fmt.Sprintf("it has published no escrow key (%v): it runs a Borough from before admissions, or is down", err)
+		return a
+	}
+	_, cert, err := keyspace.ParseEscrowKey(resp.Kvs[0].Value, cluster, name)
+	switch {
+	case err != nil:
+		a.Why = "its escrow key record: " + err.Error()
+		return a
+	case cert.CheckSignatureFrom(ca) != nil || cert.Subject.CommonName != name:
+		a.Why = fmt.Sprintf("its escrow key record is signed by a certificate of %q that is not the cluster CA's in its name", cert.Subject.CommonName)
+		return a
+	}
+	admission, err := ownerAdmission(owner, cluster, name, pki.KeyHash(cert))
+	if err == nil {
+		_, err = keyspace.UpdateNode(ctx, c, name, func(r *keyspace.NodeRecord, _ bool) error {
+			if r.Admission == nil {
+				r.Admission = admission
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		a.Why = err.Error()
+		return a
+	}
+	a.Key = pki.Fingerprint(cert)
+	return a
 }
 
 // FounderTicket mints the ticket of cluster's first node (ticket.Founder)

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
 )
 
 // appCredential checks that etcd authentication is on, and that a
@@ -67,4 +71,52 @@ func appCredential(t *testing.T, ctx context.Context, cl *clientv3.Client, ca *x
 			t.Errorf("the application %s: %v, want %v", name, err, rpctypes.ErrPermissionDenied)
 		}
 	}
+}
+
+// admitOld plays m as a node that joined before Borough checked
+// admissions (no admission in its record or files): the owner's
+// AdmitNodes admits it once it has published an escrow key signed with
+// its own key, and not before.
+func admitOld(t *testing.T, ctx context.Context, cl *clientv3.Client, owner tls.Certificate, ownerCert *x509.Certificate, m *member) {
+	t.Helper()
+	name := m.mgr.nodeName(t)
+	if _, err := keyspace.UpdateNode(ctx, cl, name, func(r *keyspace.NodeRecord, _ bool) error {
+		r.Admission = nil
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := admin.AdmitNodes(ctx, cl, owner)
+	if err != nil || len(got) != 1 || got[0].Node != name || got[0].Key != "" || !strings.Contains(got[0].Why, "published no escrow key") {
+		t.Fatalf("AdmitNodes of a node without an escrow key = %+v, %v", got, err)
+	}
+	files := m.mgr.pkiFiles()
+	certPEM, err := os.ReadFile(files.Cert())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(files.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := pki.ParseCertPEM(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := pki.ParseKeyPEM(keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := keyspace.SignEscrowKey(key, cert.Raw, "unit", name, make([]byte, 32), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Put(ctx, keyspace.EscrowKeys+name, string(rec)); err != nil {
+		t.Fatal(err)
+	}
+	got, err = admin.AdmitNodes(ctx, cl, owner)
+	if err != nil || len(got) != 1 || got[0].Key != pki.Fingerprint(cert) {
+		t.Fatalf("AdmitNodes = %+v, %v; want node %s admitted", got, err, name)
+	}
+	m.admitted(t, ctx, cl, ownerCert)
 }

@@ -231,6 +231,7 @@ func TestJoinInProcess(t *testing.T) {
 		m.admitted(t, ctx, cl, ownerCert)
 	}
 	appCredential(t, ctx, cl, ca, owner)
+	admitOld(t, ctx, cl, owner, ownerCert, b)
 	cc, err := admin.Connect([]string{"127.0.0.3:2379"}, ca, owner)
 	if err != nil {
 		t.Fatal(err)

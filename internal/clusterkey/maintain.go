@@ -16,7 +16,6 @@ import (
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/pki"
-	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/internal/unlock"
 )
 
@@ -63,10 +62,7 @@ func (k *Keeper) maintain(ctx context.Context, m Member) error {
 	}
 	k.startResponder(ctx)
 	if err := k.publish(ctx, m, pub); err != nil {
-		if !errors.Is(err, ticket.ErrNotAdmitted) {
-			return err
-		}
-		k.waitForAdmission(err)
+		return err
 	}
 	if err := k.sealForOwner(m); err != nil {
 		return fmt.Errorf("sealing the node's keys for the owner: %w", err)

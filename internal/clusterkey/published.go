@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -21,9 +18,6 @@ import (
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/internal/unlock"
 )
-
-// escrowKeyDomain starts what a node signs to publish its escrow key.
-const escrowKeyDomain = "borough escrow key v1"
 
 // trust is what a published escrow key is checked against: the cluster
 // CA, the CRL in force and the owner (nil for a cluster without one).
@@ -49,38 +43,14 @@ func (k *Keeper) trustOf(m Member) (trust, error) {
 	return trust{cluster: m.Cluster, ca: id.CA, crl: k.crlInForce, owner: owner}, nil
 }
 
-// escrowKeyMessage is what a node signs to publish pub as its escrow key.
-func escrowKeyMessage(cluster, node string, pub []byte) []byte {
-	return authority.Framed([]byte(escrowKeyDomain), []byte(cluster), []byte(node), pub)
-}
-
-// SignEscrowKey is the record that publishes pub as node's escrow key,
-// signed with its identity id, with its admission.
-func SignEscrowKey(id *unlock.Identity, cluster, node string, pub, admission []byte) ([]byte, error) {
-	signer, ok := id.Cert.PrivateKey.(crypto.Signer)
-	if !ok || len(id.Cert.Certificate) == 0 {
-		return nil, fmt.Errorf("the node's identity cannot sign (a %T)", id.Cert.PrivateKey)
-	}
-	sum := sha256.Sum256(escrowKeyMessage(cluster, node, pub))
-	sig, err := signer.Sign(rand.Reader, sum[:], crypto.SHA256)
-	if err != nil {
-		return nil, fmt.Errorf("signing the escrow key: %w", err)
-	}
-	return json.Marshal(keyspace.EscrowKey{Key: pub, Cert: id.Cert.Certificate[0], Signature: sig, Admission: admission})
-}
-
 // checkEscrowKey returns the escrow key that b, node's published record,
 // holds, once it has checked that a certificate of the cluster CA in
 // node's name, not revoked, signed it, and, in a cluster with an owner,
 // that the owner admitted that certificate's key as node.
 func checkEscrowKey(b []byte, t trust, node string) (*keyspace.EscrowKey, error) {
-	var r keyspace.EscrowKey
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("the record is damaged: %w", err)
-	}
-	cert, err := x509.ParseCertificate(r.Cert)
+	r, cert, err := keyspace.ParseEscrowKey(b, t.cluster, node)
 	if err != nil {
-		return nil, fmt.Errorf("its certificate: %w", err)
+		return nil, err
 	}
 	switch {
 	case cert.CheckSignatureFrom(t.ca) != nil:
@@ -90,15 +60,12 @@ func checkEscrowKey(b []byte, t trust, node string) (*keyspace.EscrowKey, error)
 	case revokedBy(t.crl, cert):
 		return nil, fmt.Errorf("its certificate, serial %x, is revoked", cert.SerialNumber)
 	}
-	if err := cert.CheckSignature(x509.ECDSAWithSHA256, escrowKeyMessage(t.cluster, node, r.Key), r.Signature); err != nil {
-		return nil, fmt.Errorf("its signature does not verify against its certificate: %w", err)
-	}
 	if t.owner != nil {
 		if err := ticket.CheckAdmission(r.Admission, t.owner, t.cluster, node, pki.KeyHash(cert)); err != nil {
 			return nil, err
 		}
 	}
-	return &r, nil
+	return r, nil
 }
 
 // revokedBy says whether crl, if known, revokes cert.
@@ -107,33 +74,41 @@ func revokedBy(crl func() (*x509.RevocationList, error), cert *x509.Certificate)
 	return l != nil && authority.Revokes(l, cert) != ""
 }
 
-// publish puts the node's escrow public key pub in etcd, signed, unless
-// what is there already checks and is pub under the node's certificate: a
-// record a member rewrote is put back within a round of Maintain.
+// publish puts the node's escrow public key pub in etcd, signed, with
+// the node's admission (without one while it has none: peers then seal
+// nothing to it, and the owner's `borough cluster admit` can admit its
+// key), unless the record there is the one it would publish: a record a
+// member rewrote is put back within a round of Maintain.
 func (k *Keeper) publish(ctx context.Context, m Member, pub []byte) error {
-	t, err := k.trustOf(m)
-	if err != nil {
-		return err
-	}
 	k.mu.Lock()
 	id := k.id
 	k.mu.Unlock()
+	if id == nil {
+		return errors.New("the node has no identity yet")
+	}
+	owner, err := m.PKI.LoadOwner()
+	if err != nil {
+		return err
+	}
+	admission, err := k.admission(ctx, m, owner, id)
+	if errors.Is(err, ticket.ErrNotAdmitted) {
+		k.waitForAdmission(err)
+	} else if err != nil {
+		return err
+	}
 	key := keyspace.EscrowKeys + m.Node
 	rsp, err := m.Consensus.Client.Get(ctx, key)
 	if err != nil {
 		return fmt.Errorf("reading the published escrow key: %w", err)
 	}
-	if len(rsp.Kvs) == 1 {
-		r, err := checkEscrowKey(rsp.Kvs[0].Value, t, m.Node)
-		if err == nil && bytes.Equal(r.Key, pub) && bytes.Equal(r.Cert, id.Cert.Certificate[0]) {
-			return nil
-		}
+	if len(rsp.Kvs) == 1 && ownRecord(rsp.Kvs[0].Value, id, m, pub, admission) {
+		return nil
 	}
-	admission, err := k.admission(ctx, m, t.owner, id)
-	if err != nil {
-		return err
+	signer, ok := id.Cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return fmt.Errorf("the node's identity cannot sign (a %T)", id.Cert.PrivateKey)
 	}
-	b, err := SignEscrowKey(id, m.Cluster, m.Node, pub, admission)
+	b, err := keyspace.SignEscrowKey(signer, id.Cert.Certificate[0], m.Cluster, m.Node, pub, admission)
 	if err != nil {
 		return err
 	}
@@ -143,9 +118,16 @@ func (k *Keeper) publish(ctx context.Context, m Member, pub []byte) error {
 	return nil
 }
 
-// admission is the node's admission by owner (nil without one): the
+// ownRecord says whether b is the record the node would publish: pub
+// and admission, signed with the key of the certificate of id.
+func ownRecord(b []byte, id *unlock.Identity, m Member, pub, admission []byte) bool {
+	r, cert, err := keyspace.ParseEscrowKey(b, m.Cluster, m.Node)
+	return err == nil && cert.Equal(id.Cert.Leaf) && bytes.Equal(r.Key, pub) && bytes.Equal(r.Admission, admission)
+}
+
+// admission is the node's admission by owner (nil without an owner): the
 // copy in its PKI files, else its record's in etcd, which it copies there
-// once it has checked it.
+// once it has checked it; ErrNotAdmitted while it has none.
 func (k *Keeper) admission(ctx context.Context, m Member, owner *x509.Certificate, id *unlock.Identity) ([]byte, error) {
 	if owner == nil {
 		return nil, nil
@@ -184,12 +166,14 @@ func publishedKey(ctx context.Context, c *clientv3.Client, t trust, node string)
 	return r.Key, nil
 }
 
-// waitForAdmission says, once, that the node publishes no escrow key
-// without its admission by the owner, which a cluster's first node gets
-// with the owner's first ticket (admin.MintTicket).
+// waitForAdmission says, once, that the node's escrow key goes without
+// its admission by the owner, which a cluster's first node gets with the
+// owner's first ticket (admin.MintTicket) and a node from before
+// admissions with `borough cluster admit`: until then its peers seal it
+// no shares.
 func (k *Keeper) waitForAdmission(why error) {
 	if k.saidWaiting.Swap(true) {
 		return
 	}
-	k.Log.Info("not publishing the node's escrow key until the cluster holds its admission by the owner; a first node gets it with the owner's first ticket", "why", why)
+	k.Log.Info("the node has no admission by its owner yet: its peers seal it no shares until it has (a first node gets it with the owner's first ticket, a node from before admissions with borough cluster admit)", "why", why)
 }

@@ -1,6 +1,7 @@
 package clusterkey
 
 import (
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -55,7 +56,7 @@ func TestCheckEscrowKey(t *testing.T) {
 		return a
 	}
 	publish := func(id *unlock.Identity, pub, admission []byte) []byte {
-		b, err := SignEscrowKey(id, "prod", node, pub, admission)
+		b, err := keyspace.SignEscrowKey(id.Cert.PrivateKey.(crypto.Signer), id.Cert.Certificate[0], "prod", node, pub, admission)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,22 +51,6 @@ const (
 	EscrowKeys = "/borough/escrow-keys/"
 )
 
-// EscrowKey is a node's escrow public key as the node publishes it, JSON
-// at EscrowKeys + its name. Any member can rewrite the record, so the node
-// signs the key with its certificate's key and, in a cluster with an
-// owner, shows its admission: a peer seals a share to the key only once
-// it has checked both (package clusterkey), so that no member has its
-// peers seal another node's shares to a key of its own.
-type EscrowKey struct {
-	// Key is the X25519 public key, 32 bytes.
-	Key []byte `json:"key"`
-	// Cert is the node's certificate, DER, whose key made Signature.
-	Cert      []byte `json:"cert"`
-	Signature []byte `json:"signature"`
-	// Admission is the node's (NodeRecord.Admission).
-	Admission []byte `json:"admission,omitempty"`
-}
-
 // NodeRecord is what the cluster keeps of each node, as JSON at Nodes +
 // the node's name: enough to revoke its certificate, to know its role and
 // its etcd member, and, once the node is removed, to refuse it for good.

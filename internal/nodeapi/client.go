@@ -116,7 +116,8 @@ func (c *Client) checkAdmission(resp *http.Response) error {
 	}
 	if err := ticket.CheckAdmission(b, owner, "", name, pki.KeyHash(peer)); err != nil {
 		return fmt.Errorf("refusing node %s, whose certificate the owner did not admit: %w "+
-			"(a cluster's first node bootstrapped without the owner's key is admitted by the owner's first ticket)", name, err)
+			"(a cluster's first node bootstrapped without the owner's key is admitted by the owner's first ticket; "+
+			"a node that joined before Borough checked admissions has none, and only --unverified reaches it)", name, err)
 	}
 	return nil
 }
