@@ -1,6 +1,7 @@
 // Package admin is what the owner does to a running cluster through its
-// client port, with the owner's certificate: mint join tickets, remove
-// nodes and revoke their certificates. The borough CLI and the QEMU cluster
+// client port, with the owner's certificate: mint join tickets, admit the
+// nodes that joined before admissions, remove nodes and revoke their
+// certificates. The borough CLI and the QEMU cluster
 // launcher both use it.
 package admin
 

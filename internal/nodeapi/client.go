@@ -104,6 +104,9 @@ func (c *Client) checkAdmission(resp *http.Response) error {
 	if c.CA == nil || resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
 		return nil
 	}
+	if len(c.Owner.Certificate) == 0 {
+		return errors.New("the client has no owner certificate to check the node's admission against")
+	}
 	owner, err := x509.ParseCertificate(c.Owner.Certificate[0])
 	if err != nil {
 		return fmt.Errorf("the owner's certificate: %w", err)
@@ -117,7 +120,7 @@ func (c *Client) checkAdmission(resp *http.Response) error {
 	if err := ticket.CheckAdmission(b, owner, "", name, pki.KeyHash(peer)); err != nil {
 		return fmt.Errorf("refusing node %s, whose certificate the owner did not admit: %w "+
 			"(a cluster's first node bootstrapped without the owner's key is admitted by the owner's first ticket; "+
-			"a node that joined before Borough checked admissions has none, and only --unverified reaches it)", name, err)
+			"a node that joined before Borough checked admissions has none until `borough cluster admit`)", name, err)
 	}
 	return nil
 }
