@@ -122,7 +122,12 @@ func boot(t testing.TB, opts qemu.Options) *qemu.VM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(vm.Kill)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the console's tail:\n%s", vm.Tail(40))
+		}
+		vm.Kill()
+	})
 	return vm
 }
 

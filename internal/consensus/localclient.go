@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
@@ -50,6 +52,27 @@ func (a as) ctx(ctx context.Context) context.Context {
 	}
 	return ctx
 }
+
+// fresh retries op while etcd refuses it because its authentication
+// store changed under it (a user or role added, authentication turned
+// on): a request takes the store's revision when it starts, and etcd
+// refuses it, unapplied, if the store moved on before it ended. The next
+// attempt takes the new revision. A client of etcd's over TLS retries
+// too; without this, the owner adding a user could fail any request of
+// the node's, the watch of its CRL among them.
+func fresh[T any](op func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		r, err := op()
+		if attempt < freshAttempts && errors.Is(rpctypes.Error(err), rpctypes.ErrAuthOldRevision) {
+			continue
+		}
+		return r, err
+	}
+}
+
+// freshAttempts bounds fresh: the store changes once per request of the
+// owner's, far less often than the node asks.
+const freshAttempts = 10
 
 // localClient is a client of s in this process whose requests are made
 // as user.
@@ -100,7 +123,7 @@ type kvAs struct {
 }
 
 func (s kvAs) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	return s.KVServer.Range(s.ctx(ctx), r)
+	return fresh(func() (*pb.RangeResponse, error) { return s.KVServer.Range(s.ctx(ctx), r) })
 }
 
 func (s kvAs) RangeStream(r *pb.RangeRequest, st grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
@@ -108,19 +131,19 @@ func (s kvAs) RangeStream(r *pb.RangeRequest, st grpc.ServerStreamingServer[pb.R
 }
 
 func (s kvAs) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	return s.KVServer.Put(s.ctx(ctx), r)
+	return fresh(func() (*pb.PutResponse, error) { return s.KVServer.Put(s.ctx(ctx), r) })
 }
 
 func (s kvAs) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	return s.KVServer.DeleteRange(s.ctx(ctx), r)
+	return fresh(func() (*pb.DeleteRangeResponse, error) { return s.KVServer.DeleteRange(s.ctx(ctx), r) })
 }
 
 func (s kvAs) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	return s.KVServer.Txn(s.ctx(ctx), r)
+	return fresh(func() (*pb.TxnResponse, error) { return s.KVServer.Txn(s.ctx(ctx), r) })
 }
 
 func (s kvAs) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	return s.KVServer.Compact(s.ctx(ctx), r)
+	return fresh(func() (*pb.CompactionResponse, error) { return s.KVServer.Compact(s.ctx(ctx), r) })
 }
 
 type watchAs struct {
@@ -138,11 +161,11 @@ type leaseAs struct {
 }
 
 func (s leaseAs) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	return s.LeaseServer.LeaseGrant(s.ctx(ctx), r)
+	return fresh(func() (*pb.LeaseGrantResponse, error) { return s.LeaseServer.LeaseGrant(s.ctx(ctx), r) })
 }
 
 func (s leaseAs) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	return s.LeaseServer.LeaseRevoke(s.ctx(ctx), r)
+	return fresh(func() (*pb.LeaseRevokeResponse, error) { return s.LeaseServer.LeaseRevoke(s.ctx(ctx), r) })
 }
 
 func (s leaseAs) LeaseKeepAlive(st grpc.BidiStreamingServer[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]) error {
@@ -150,11 +173,11 @@ func (s leaseAs) LeaseKeepAlive(st grpc.BidiStreamingServer[pb.LeaseKeepAliveReq
 }
 
 func (s leaseAs) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	return s.LeaseServer.LeaseTimeToLive(s.ctx(ctx), r)
+	return fresh(func() (*pb.LeaseTimeToLiveResponse, error) { return s.LeaseServer.LeaseTimeToLive(s.ctx(ctx), r) })
 }
 
 func (s leaseAs) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
-	return s.LeaseServer.LeaseLeases(s.ctx(ctx), r)
+	return fresh(func() (*pb.LeaseLeasesResponse, error) { return s.LeaseServer.LeaseLeases(s.ctx(ctx), r) })
 }
 
 type clusterAs struct {
@@ -163,23 +186,23 @@ type clusterAs struct {
 }
 
 func (s clusterAs) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
-	return s.ClusterServer.MemberAdd(s.ctx(ctx), r)
+	return fresh(func() (*pb.MemberAddResponse, error) { return s.ClusterServer.MemberAdd(s.ctx(ctx), r) })
 }
 
 func (s clusterAs) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
-	return s.ClusterServer.MemberRemove(s.ctx(ctx), r)
+	return fresh(func() (*pb.MemberRemoveResponse, error) { return s.ClusterServer.MemberRemove(s.ctx(ctx), r) })
 }
 
 func (s clusterAs) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
-	return s.ClusterServer.MemberUpdate(s.ctx(ctx), r)
+	return fresh(func() (*pb.MemberUpdateResponse, error) { return s.ClusterServer.MemberUpdate(s.ctx(ctx), r) })
 }
 
 func (s clusterAs) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	return s.ClusterServer.MemberList(s.ctx(ctx), r)
+	return fresh(func() (*pb.MemberListResponse, error) { return s.ClusterServer.MemberList(s.ctx(ctx), r) })
 }
 
 func (s clusterAs) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	return s.ClusterServer.MemberPromote(s.ctx(ctx), r)
+	return fresh(func() (*pb.MemberPromoteResponse, error) { return s.ClusterServer.MemberPromote(s.ctx(ctx), r) })
 }
 
 type maintenanceAs struct {
@@ -188,23 +211,23 @@ type maintenanceAs struct {
 }
 
 func (s maintenanceAs) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	return s.MaintenanceServer.Alarm(s.ctx(ctx), r)
+	return fresh(func() (*pb.AlarmResponse, error) { return s.MaintenanceServer.Alarm(s.ctx(ctx), r) })
 }
 
 func (s maintenanceAs) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return s.MaintenanceServer.Status(s.ctx(ctx), r)
+	return fresh(func() (*pb.StatusResponse, error) { return s.MaintenanceServer.Status(s.ctx(ctx), r) })
 }
 
 func (s maintenanceAs) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	return s.MaintenanceServer.Defragment(s.ctx(ctx), r)
+	return fresh(func() (*pb.DefragmentResponse, error) { return s.MaintenanceServer.Defragment(s.ctx(ctx), r) })
 }
 
 func (s maintenanceAs) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
-	return s.MaintenanceServer.Hash(s.ctx(ctx), r)
+	return fresh(func() (*pb.HashResponse, error) { return s.MaintenanceServer.Hash(s.ctx(ctx), r) })
 }
 
 func (s maintenanceAs) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	return s.MaintenanceServer.HashKV(s.ctx(ctx), r)
+	return fresh(func() (*pb.HashKVResponse, error) { return s.MaintenanceServer.HashKV(s.ctx(ctx), r) })
 }
 
 func (s maintenanceAs) Snapshot(r *pb.SnapshotRequest, st grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
@@ -212,11 +235,11 @@ func (s maintenanceAs) Snapshot(r *pb.SnapshotRequest, st grpc.ServerStreamingSe
 }
 
 func (s maintenanceAs) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	return s.MaintenanceServer.MoveLeader(s.ctx(ctx), r)
+	return fresh(func() (*pb.MoveLeaderResponse, error) { return s.MaintenanceServer.MoveLeader(s.ctx(ctx), r) })
 }
 
 func (s maintenanceAs) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
-	return s.MaintenanceServer.Downgrade(s.ctx(ctx), r)
+	return fresh(func() (*pb.DowngradeResponse, error) { return s.MaintenanceServer.Downgrade(s.ctx(ctx), r) })
 }
 
 type authAs struct {
@@ -225,65 +248,71 @@ type authAs struct {
 }
 
 func (s authAs) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
-	return s.AuthServer.AuthEnable(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthEnableResponse, error) { return s.AuthServer.AuthEnable(s.ctx(ctx), r) })
 }
 
 func (s authAs) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
-	return s.AuthServer.AuthDisable(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthDisableResponse, error) { return s.AuthServer.AuthDisable(s.ctx(ctx), r) })
 }
 
 func (s authAs) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
-	return s.AuthServer.AuthStatus(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthStatusResponse, error) { return s.AuthServer.AuthStatus(s.ctx(ctx), r) })
 }
 
 func (s authAs) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
-	return s.AuthServer.UserAdd(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthUserAddResponse, error) { return s.AuthServer.UserAdd(s.ctx(ctx), r) })
 }
 
 func (s authAs) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
-	return s.AuthServer.UserGet(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthUserGetResponse, error) { return s.AuthServer.UserGet(s.ctx(ctx), r) })
 }
 
 func (s authAs) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
-	return s.AuthServer.UserList(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthUserListResponse, error) { return s.AuthServer.UserList(s.ctx(ctx), r) })
 }
 
 func (s authAs) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
-	return s.AuthServer.UserDelete(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthUserDeleteResponse, error) { return s.AuthServer.UserDelete(s.ctx(ctx), r) })
 }
 
 func (s authAs) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
-	return s.AuthServer.UserChangePassword(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthUserChangePasswordResponse, error) {
+		return s.AuthServer.UserChangePassword(s.ctx(ctx), r)
+	})
 }
 
 func (s authAs) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
-	return s.AuthServer.UserGrantRole(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthUserGrantRoleResponse, error) { return s.AuthServer.UserGrantRole(s.ctx(ctx), r) })
 }
 
 func (s authAs) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
-	return s.AuthServer.UserRevokeRole(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthUserRevokeRoleResponse, error) { return s.AuthServer.UserRevokeRole(s.ctx(ctx), r) })
 }
 
 func (s authAs) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
-	return s.AuthServer.RoleAdd(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthRoleAddResponse, error) { return s.AuthServer.RoleAdd(s.ctx(ctx), r) })
 }
 
 func (s authAs) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
-	return s.AuthServer.RoleGet(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthRoleGetResponse, error) { return s.AuthServer.RoleGet(s.ctx(ctx), r) })
 }
 
 func (s authAs) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
-	return s.AuthServer.RoleList(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthRoleListResponse, error) { return s.AuthServer.RoleList(s.ctx(ctx), r) })
 }
 
 func (s authAs) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
-	return s.AuthServer.RoleDelete(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthRoleDeleteResponse, error) { return s.AuthServer.RoleDelete(s.ctx(ctx), r) })
 }
 
 func (s authAs) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
-	return s.AuthServer.RoleGrantPermission(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthRoleGrantPermissionResponse, error) {
+		return s.AuthServer.RoleGrantPermission(s.ctx(ctx), r)
+	})
 }
 
 func (s authAs) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
-	return s.AuthServer.RoleRevokePermission(s.ctx(ctx), r)
+	return fresh(func() (*pb.AuthRoleRevokePermissionResponse, error) {
+		return s.AuthServer.RoleRevokePermission(s.ctx(ctx), r)
+	})
 }

@@ -34,7 +34,21 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 			return err
 		}
 	}
-	for w := range c.Client.Watch(ctx, keyspace.CRL, clientv3.WithRev(resp.Header.Revision+1)) {
+	next := resp.Header.Revision + 1
+	for {
+		err := c.watchCRLFrom(ctx, &next)
+		// etcd cancels a watch whose creation raced a change of its
+		// authentication store (fresh): watch again from where it was.
+		if !errors.Is(err, rpctypes.ErrAuthOldRevision) {
+			return err
+		}
+	}
+}
+
+// watchCRLFrom watches the CRL from revision *next on, moving *next past
+// each event it has written.
+func (c *Consensus) watchCRLFrom(ctx context.Context, next *int64) error {
+	for w := range c.Client.Watch(ctx, keyspace.CRL, clientv3.WithRev(*next)) {
 		if err := w.Err(); err != nil {
 			return fmt.Errorf("watching CRL: %w", err)
 		}
@@ -44,6 +58,7 @@ func (c *Consensus) watchCRL(ctx context.Context) error {
 					return err
 				}
 			}
+			*next = ev.Kv.ModRevision + 1
 		}
 	}
 	if ctx.Err() != nil {
