@@ -167,7 +167,13 @@ func admitFounder(ctx context.Context, c *clientv3.Client, owner tls.Certificate
 	if err != nil {
 		return fmt.Errorf("the cluster's first node %s has a key recorded as %q: %w", name, keys[0].Key, err)
 	}
-	admission, err := ownerAdmission(owner, like.GetClusterName(), name, keyHash)
+	return admit(ctx, c, owner, like.GetClusterName(), name, keyHash)
+}
+
+// admit records the owner's admission of node name's key (its SHA-256,
+// keyHash) in the node's record, unless it has one.
+func admit(ctx context.Context, c *clientv3.Client, owner tls.Certificate, cluster, name string, keyHash []byte) error {
+	admission, err := ownerAdmission(owner, cluster, name, keyHash)
 	if err != nil {
 		return err
 	}
@@ -251,16 +257,7 @@ func admitNode(ctx context.Context, c *clientv3.Client, owner tls.Certificate, c
 		a.Why = fmt.Sprintf("its escrow key record is signed by a certificate of %q that is not the cluster CA's in its name", cert.Subject.CommonName)
 		return a
 	}
-	admission, err := ownerAdmission(owner, cluster, name, pki.KeyHash(cert))
-	if err == nil {
-		_, err = keyspace.UpdateNode(ctx, c, name, func(r *keyspace.NodeRecord, _ bool) error {
-			if r.Admission == nil {
-				r.Admission = admission
-			}
-			return nil
-		})
-	}
-	if err != nil {
+	if err := admit(ctx, c, owner, cluster, name, pki.KeyHash(cert)); err != nil {
 		a.Why = err.Error()
 		return a
 	}

@@ -93,21 +93,14 @@ func (mg *Manager) writePKI(rec *Record) (*pki.CA, *pki.Cert, error) {
 // founderAdmission claims the first node's ticket of the node's bootstrap
 // config, if it has one, for node name's key, and returns the node's
 // admission; nil without one (the owner then admits the node with its
-// first ticket: admin.MintTicket).
+// first ticket: admin.MintTicket). The config's check opened the ticket
+// against the owner and its secret (ticket.OpenFounder).
 func (mg *Manager) founderAdmission(name string, node *pki.Cert) ([]byte, error) {
 	e := mg.cfg.Enrolment
 	if e.FounderTicket == nil {
 		return nil, nil
 	}
-	keyHash := pki.KeyHash(node.Cert)
-	admission, err := ticket.NewAdmission(e.FounderStatement, ticket.Prove(e.FounderTicket, name, keyHash))
-	if err != nil {
-		return nil, err
-	}
-	if err := ticket.CheckAdmission(admission, e.Owner, e.ClusterName, name, keyHash); err != nil {
-		return nil, fmt.Errorf("claiming the first node's ticket: %w", err)
-	}
-	return admission, nil
+	return ticket.NewAdmission(e.FounderStatement, ticket.Prove(e.FounderTicket, name, pki.KeyHash(node.Cert)))
 }
 
 // storeCluster records the cluster's CA, CRL and first node, with its

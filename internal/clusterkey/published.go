@@ -12,19 +12,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/atomicfile"
-	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/internal/unlock"
 )
 
-// trust is what a published escrow key is checked against: the cluster
-// CA, the CRL in force and the owner (nil for a cluster without one).
+// trust is what a published escrow key is checked against: the node's
+// identity (the cluster CA and the CRL in force) and the owner (nil for a
+// cluster without one).
 type trust struct {
 	cluster string
-	ca      *x509.Certificate
-	crl     func() (*x509.RevocationList, error)
+	id      unlock.Identity
 	owner   *x509.Certificate
 }
 
@@ -40,7 +39,7 @@ func (k *Keeper) trustOf(m Member) (trust, error) {
 	if err != nil {
 		return trust{}, err
 	}
-	return trust{cluster: m.Cluster, ca: id.CA, crl: k.crlInForce, owner: owner}, nil
+	return trust{cluster: m.Cluster, id: *id, owner: owner}, nil
 }
 
 // checkEscrowKey returns the escrow key that b, node's published record,
@@ -52,13 +51,8 @@ func checkEscrowKey(b []byte, t trust, node string) (*keyspace.EscrowKey, error)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case cert.CheckSignatureFrom(t.ca) != nil:
-		return nil, errors.New("its certificate is not the cluster CA's")
-	case cert.Subject.CommonName != node:
-		return nil, fmt.Errorf("its certificate names %s", cert.Subject.CommonName)
-	case revokedBy(t.crl, cert):
-		return nil, fmt.Errorf("its certificate, serial %x, is revoked", cert.SerialNumber)
+	if _, err := t.id.Verify([][]byte{r.Cert}, node, x509.ExtKeyUsageClientAuth); err != nil {
+		return nil, err
 	}
 	if t.owner != nil {
 		if err := ticket.CheckAdmission(r.Admission, t.owner, t.cluster, node, pki.KeyHash(cert)); err != nil {
@@ -66,12 +60,6 @@ func checkEscrowKey(b []byte, t trust, node string) (*keyspace.EscrowKey, error)
 		}
 	}
 	return r, nil
-}
-
-// revokedBy says whether crl, if known, revokes cert.
-func revokedBy(crl func() (*x509.RevocationList, error), cert *x509.Certificate) bool {
-	l, _ := crl()
-	return l != nil && authority.Revokes(l, cert) != ""
 }
 
 // publish puts the node's escrow public key pub in etcd, signed, with

@@ -87,7 +87,7 @@ func TestCheckEscrowKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	noCRL := func() (*x509.RevocationList, error) { return nil, nil }
-	withOwner := trust{cluster: "prod", ca: ca.Cert, crl: noCRL, owner: owner.Cert}
+	withOwner := trust{cluster: "prod", id: unlock.Identity{CA: ca.Cert, CRL: noCRL}, owner: owner.Cert}
 	for _, tc := range []struct {
 		name   string
 		record []byte
@@ -95,14 +95,14 @@ func TestCheckEscrowKey(t *testing.T) {
 		want   string
 	}{
 		{"the node's own", good, withOwner, ""},
-		{"the node's own, without an owner", publish(honest, pub, nil), trust{cluster: "prod", ca: ca.Cert, crl: noCRL}, ""},
+		{"the node's own, without an owner", publish(honest, pub, nil), trust{cluster: "prod", id: unlock.Identity{CA: ca.Cert, CRL: noCRL}}, ""},
 		{"damaged", []byte("{"), withOwner, "damaged"},
 		{"the node's, with the rogue's key in it", edit(good, func(r *keyspace.EscrowKey) { r.Key = mine }), withOwner, "does not verify"},
 		{"a certificate minted in the node's name, no admission", publish(forged, mine, nil), withOwner, "no admission"},
 		{"a certificate minted in the node's name, with the node's admission", publish(forged, mine, admit(node, honest)), withOwner, "another key"},
 		{"the rogue's own certificate", publish(rogue, mine, admit("node-00000003", rogue)), withOwner, "names node-00000003"},
-		{"the node's, revoked", good, trust{cluster: "prod", ca: ca.Cert, owner: owner.Cert,
-			crl: func() (*x509.RevocationList, error) { return revokedCRL, nil }}, "revoked"},
+		{"the node's, revoked", good, trust{cluster: "prod", owner: owner.Cert,
+			id: unlock.Identity{CA: ca.Cert, CRL: func() (*x509.RevocationList, error) { return revokedCRL, nil }}}, "revoked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := checkEscrowKey(tc.record, tc.trust, node)

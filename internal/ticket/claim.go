@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/hkdf"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"errors"
@@ -80,11 +79,8 @@ func (p Proof) verify(key []byte) error {
 // (authority.KindTicket). The node, or the owner's tool, claims it for
 // the node's key once there is one.
 func Founder(cluster string, now time.Time) (*enrolmentpb.Ticket, *authoritypb.Ticket, error) {
-	id, secret := make([]byte, idSize), make([]byte, secretSize)
-	if _, err := rand.Read(id); err != nil {
-		return nil, nil, err
-	}
-	if _, err := rand.Read(secret); err != nil {
+	id, secret, err := newIDSecret()
+	if err != nil {
 		return nil, nil, err
 	}
 	t := &enrolmentpb.Ticket{Version: Version, ClusterName: cluster, Id: id, Secret: secret}

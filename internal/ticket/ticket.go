@@ -100,11 +100,8 @@ func Mint(p Params, now time.Time) (*enrolmentpb.Ticket, *joinpb.TicketRecord, e
 	if p.TTL < 0 {
 		return nil, nil, fmt.Errorf("ticket lifetime %v is negative", p.TTL)
 	}
-	id, secret := make([]byte, idSize), make([]byte, secretSize)
-	if _, err := rand.Read(id); err != nil {
-		return nil, nil, err
-	}
-	if _, err := rand.Read(secret); err != nil {
+	id, secret, err := newIDSecret()
+	if err != nil {
 		return nil, nil, err
 	}
 	role := enrolmentpb.Role_ROLE_VOTER
@@ -121,6 +118,18 @@ func Mint(p Params, now time.Time) (*enrolmentpb.Ticket, *joinpb.TicketRecord, e
 	}
 	rec := &joinpb.TicketRecord{ClaimKey: ClaimKey(t), Expires: t.Expires, LearnerForGood: p.Learner}
 	return t, rec, nil
+}
+
+// newIDSecret makes a ticket's random ID and secret.
+func newIDSecret() (id, secret []byte, err error) {
+	id, secret = make([]byte, idSize), make([]byte, secretSize)
+	if _, err := rand.Read(id); err != nil {
+		return nil, nil, err
+	}
+	if _, err := rand.Read(secret); err != nil {
+		return nil, nil, err
+	}
+	return id, secret, nil
 }
 
 // Parse decodes a ticket and checks its form (not its expiry, which is the

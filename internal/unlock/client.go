@@ -138,7 +138,7 @@ func request(ctx context.Context, id Identity, addr string, e *escrow.Escrow, en
 		// verify checks the chain, the holder's name and the CRL.
 		InsecureSkipVerify: true,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			_, err := id.verify(raw, env.Holder, x509.ExtKeyUsageServerAuth)
+			_, err := id.Verify(raw, env.Holder, x509.ExtKeyUsageServerAuth)
 			return err
 		},
 	}}}

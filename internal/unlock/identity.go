@@ -63,10 +63,10 @@ func (id Identity) KeyHash() ([]byte, error) {
 	return pki.KeyHash(leaf), nil
 }
 
-// verify checks a peer's certificate chain against the CA, whatever the
+// Verify checks a peer's certificate chain against the CA, whatever the
 // time, and the CRL, and returns the peer's node name. With want set, the
 // name must be want.
-func (id Identity) verify(rawCerts [][]byte, want string, usage x509.ExtKeyUsage) (string, error) {
+func (id Identity) Verify(rawCerts [][]byte, want string, usage x509.ExtKeyUsage) (string, error) {
 	if len(rawCerts) == 0 {
 		return "", errors.New("no certificate")
 	}

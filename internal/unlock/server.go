@@ -61,7 +61,7 @@ func (s *Server) endpoint() httpsserve.Endpoint {
 			// Revocation is checked per request (answer), so that a
 			// removed node is told why rather than failing a handshake.
 			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-				_, err := Identity{CA: s.Identity.CA}.verify(raw, "", x509.ExtKeyUsageClientAuth)
+				_, err := Identity{CA: s.Identity.CA}.Verify(raw, "", x509.ExtKeyUsageClientAuth)
 				return err
 			},
 		},
