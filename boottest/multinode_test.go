@@ -51,6 +51,8 @@ func TestMultiNode(t *testing.T) {
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
 	t.Run("rolling update under writes", m.rollingUpdate)
+	t.Run("backup under writes", m.backupUnderWrites)
+	t.Run("owner rotation", m.ownerRotation)
 }
 
 // launch launches a cluster owned by the owner whose config directory
@@ -98,6 +100,9 @@ type multi struct {
 	t      *testing.T
 	c      *multinode.Cluster
 	config string
+	// backup is the cluster's backup "backup under writes" made, for
+	// later cases to try.
+	backup string
 }
 
 func (m *multi) owner(t *testing.T) tls.Certificate {
@@ -354,8 +359,9 @@ func (m *multi) checkWrites(t *testing.T, n *multinode.Node, acked []string, whe
 // rogueMember plays a member compromised while running: node1, through
 // the test build's rogue hook, publishes a CRL that revokes every member,
 // asks node2's holders for node2's shares with a certificate it signed in
-// node2's name, and publishes an escrow key of its own as node2's. Every
-// node refuses the CRL, every holder the request, and node3 the escrow
+// node2's name, publishes an escrow key of its own as node2's, and a
+// hand-over of the cluster to a key of its own. Every node refuses the
+// CRL and the hand-over, every holder the request, and node3 the escrow
 // key, which node2 puts back; the cluster takes writes throughout, and
 // the cold restart that follows brings every node back.
 func (m *multi) rogueMember(t *testing.T) {
@@ -396,6 +402,7 @@ func (m *multi) rogueMember(t *testing.T) {
 	}
 	rogueEscrowKey(t, ctx, cl, rogue, victim, nodes[2])
 	m.rogueNodeAPI(t, rogue, victim)
+	m.rogueOwner(t, rogue, victim)
 	if acked := w.stop(); len(acked) == 0 {
 		t.Error("no write was acknowledged while the rogue member tried")
 	} else {

@@ -75,16 +75,18 @@ func (l *logs) journalService() supervisor.Service {
 	}}
 }
 
-// apiService is the node API for the cluster's owner: the one the
-// enrolment names, or for a joined node the one the cluster gave it.
-// current is the enrolment config in force: Load's until the data volume
-// confirms it (bringUp), and until then the API acts on nothing.
+// apiService is the node API for the cluster's owner: the one on the data
+// volume (the enrolment's, the one the cluster gave a joined node, or the
+// one the owner handed the cluster over to), or the one the enrolment
+// names while the volume is locked. current is the enrolment config in
+// force: Load's until the data volume confirms it (bringUp), and until
+// then the API acts on nothing.
 func apiService(current *atomic.Pointer[enrolment.Enrolment], mgr *cluster.Manager, lg *logs, about about, requests chan<- int) supervisor.Service {
 	owner := func() *x509.Certificate {
-		if e := current.Load(); e.Owner != nil {
-			return e.Owner
+		if o := mgr.Owner(); o != nil {
+			return o
 		}
-		return mgr.Owner()
+		return current.Load().Owner
 	}
 	identity, admission := apiIdentity(mgr)
 	s := &nodeapi.Server{

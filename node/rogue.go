@@ -19,12 +19,16 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/unlock"
+	"github.com/borough-os/borough/proto/authoritypb"
 )
 
 // The rogue-member hook: on a test's command, this node plays a member
@@ -48,6 +52,9 @@ import (
 //	                    key of its own and its own addresses, and presents
 //	                    it on its node API, with NODE's admission, for
 //	                    rogueHoldFor.
+//	rogue owner         makes an owner key of its own and publishes a
+//	                    hand-over of the cluster to it, as the owner's:
+//	                    naming the owner's certificate as its signer.
 
 // rogueShareFor is how long rogue share asks the holders; rogueHoldFor
 // how long rogue escrowkey holds its record in etcd: more than two
@@ -85,8 +92,10 @@ func rogue(arg string) string {
 		said, err = rogueEscrowKey(ctx, mg.Client(), rest)
 	case "nodeapi":
 		said, err = rogueNodeAPI(ctx, mg, rest)
+	case "owner":
+		said, err = rogueOwner(ctx, mg)
 	default:
-		err = fmt.Errorf("unknown attempt %q (want: crl, share ESCROW, escrowkey NODE, nodeapi NODE)", verb)
+		err = fmt.Errorf("unknown attempt %q (want: crl, share ESCROW, escrowkey NODE, nodeapi NODE, owner)", verb)
 	}
 	if err != nil {
 		return "error: rogue " + verb + ": " + err.Error()
@@ -292,4 +301,49 @@ func rogueNodeAPI(ctx context.Context, mg *cluster.Manager, node string) (string
 	posing.Store(&rogueAPI{cert: cert, admission: rec.Admission})
 	time.AfterFunc(rogueHoldFor, func() { posing.Store(nil) })
 	return fmt.Sprintf("the node API presents %s's name for %v", node, rogueHoldFor), nil
+}
+
+// rogueOwner publishes a hand-over of the cluster to an owner key of its
+// own, signed with that key but naming the owner as its signer, numbered
+// after the last hand-over in etcd.
+func rogueOwner(ctx context.Context, mg *cluster.Manager) (string, error) {
+	owner := mg.Owner()
+	if owner == nil {
+		return "", errors.New("the cluster has no owner")
+	}
+	c := mg.Client()
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.Cluster),
+		clientv3.OpGet(keyspace.Successions, clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return "", err
+	}
+	number := uint64(len(resp.Responses[1].GetResponseRange().Kvs)) + 1
+	mallory, err := pki.NewOwner("owner", time.Now())
+	if err != nil {
+		return "", err
+	}
+	b, err := authority.SignSuccession(mallory.Cert, mallory.Key, string(keyspace.Value(resp, 0)), number, mallory.Cert)
+	if err != nil {
+		return "", err
+	}
+	var s authoritypb.Signed
+	if err := proto.Unmarshal(b, &s); err != nil {
+		return "", err
+	}
+	var body authoritypb.Succession
+	if err := proto.Unmarshal(s.GetBody(), &body); err != nil {
+		return "", err
+	}
+	body.Previous = pki.Fingerprint(owner)
+	if s.Body, err = proto.Marshal(&body); err != nil {
+		return "", err
+	}
+	s.Signer = pki.Fingerprint(owner)
+	if b, err = proto.Marshal(&s); err != nil {
+		return "", err
+	}
+	if _, err := c.Put(ctx, keyspace.SuccessionKey(number), string(b)); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("published hand-over %d to owner %s, as %s's", number, pki.Fingerprint(mallory.Cert), pki.Fingerprint(owner)), nil
 }

@@ -28,7 +28,7 @@ type ticketFlags struct {
 }
 
 func clusterCommand() *cobra.Command {
-	c := &cobra.Command{Use: "cluster", Short: "Grow a cluster"}
+	c := &cobra.Command{Use: "cluster", Short: "Grow a cluster, and back it up"}
 	var f ticketFlags
 	t := &cobra.Command{
 		Use:   "ticket NODE",
@@ -50,7 +50,7 @@ expires (--ttl). Give it to 'borough enrolment join'.`,
 	t.Flags().DurationVar(&f.ttl, "ttl", ticket.DefaultTTL, "how long the ticket admits a node")
 	t.Flags().BoolVar(&f.learner, "learner", false, "the node stays a learner: it holds the data but never votes")
 	t.Flags().StringVar(&f.policy, "storage-policy", "", "the joining node's TPM use: best-effort, required or disabled")
-	c.AddCommand(t, admitCommand())
+	c.AddCommand(t, admitCommand(), backupCommand(), verifyBackupCommand())
 	return c
 }
 
@@ -164,18 +164,10 @@ func removeNode(stdout io.Writer, node, name, fingerprint string) error {
 		if err != nil {
 			return err
 		}
-		path, err := crlPath(node)
-		if err != nil {
-			return err
-		}
-		remembered, err := os.ReadFile(path)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		if r, err = admin.RemoveNode(ctx, c, name, owner, remembered); err != nil || r.CRL == nil {
-			return err
-		}
-		return atomicfile.Write(path, r.CRL, 0o644)
+		return rememberCRL(node, func(remembered []byte) ([]byte, error) {
+			r, err = admin.RemoveNode(ctx, c, name, owner, remembered)
+			return r.CRL, err
+		})
 	})
 	if len(r.Serials) > 0 {
 		fmt.Fprintf(stdout, "revoked the certificates of %s (serials %s)\n", name, strings.Join(r.Serials, ", "))
@@ -189,6 +181,25 @@ func removeNode(stdout io.Writer, node, name, fingerprint string) error {
 	}
 	fmt.Fprintf(stdout, "removed member %s (%x)\n", name, r.MemberID)
 	return nil
+}
+
+// rememberCRL runs revoke with the last CRL the owner's tool made for
+// node's cluster (nil if none), and keeps the CRL revoke makes, if any,
+// as the last.
+func rememberCRL(node string, revoke func(remembered []byte) ([]byte, error)) error {
+	path, err := crlPath(node)
+	if err != nil {
+		return err
+	}
+	remembered, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	crl, err := revoke(remembered)
+	if err != nil || crl == nil {
+		return err
+	}
+	return atomicfile.Write(path, crl, 0o644)
 }
 
 // crlPath is where the owner's tool keeps the last CRL it made for the

@@ -93,17 +93,12 @@ func ownerKeyPair() (tls.Certificate, error) {
 	if kp, ok := unlocked[configDir]; ok {
 		return kp, nil
 	}
-	certPEM, err := os.ReadFile(ownerCertPath())
-	if err != nil {
+	if _, err := os.Stat(ownerCertPath()); err != nil {
 		return tls.Certificate{}, fmt.Errorf("loading the owner's identity (borough owner init): %w", err)
 	}
-	keyPEM, err := readOwnerKey(ownerKeyPath())
+	kp, err := loadPair(ownerCertPath(), ownerKeyPath())
 	if err != nil {
-		return tls.Certificate{}, err
-	}
-	kp, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return kp, fmt.Errorf("the owner's identity in %s: %w", configDir, err)
+		return kp, err
 	}
 	unlocked[configDir] = kp
 	return kp, nil

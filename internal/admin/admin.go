@@ -415,15 +415,9 @@ func revoke(ctx context.Context, c *clientv3.Client, name string, serialsHex []s
 	if crlKV == nil {
 		return nil, fmt.Errorf("the cluster has no CRL")
 	}
-	current, err := pki.ParseCRL(crlKV.Value, ca.Cert)
+	current, mine, err := parseCRLs(ca.Cert, crlKV.Value, remembered)
 	if err != nil {
 		return nil, err
-	}
-	var mine *x509.RevocationList
-	if remembered != nil {
-		if mine, err = pki.ParseCRL(remembered, ca.Cert); err != nil {
-			return nil, fmt.Errorf("the CRL this owner's tool last made for the cluster: %w", err)
-		}
 	}
 	der, err := nextCRL(ca, current, mine, serials, name, string(keyspace.Value(resp, 1)), owner)
 	if err != nil {
@@ -438,6 +432,20 @@ func revoke(ctx context.Context, c *clientv3.Client, name string, serialsHex []s
 		return nil, fmt.Errorf("the CRL changed while it was being updated; try again")
 	}
 	return der, nil
+}
+
+// parseCRLs parses etcd's CRL, der, and the one the owner's tool
+// remembers making for the cluster (nil if none), both of the CA ca.
+func parseCRLs(ca *x509.Certificate, der, remembered []byte) (current, mine *x509.RevocationList, err error) {
+	if current, err = pki.ParseCRL(der, ca); err != nil {
+		return nil, nil, err
+	}
+	if remembered != nil {
+		if mine, err = pki.ParseCRL(remembered, ca); err != nil {
+			return nil, nil, fmt.Errorf("the CRL this owner's tool last made for the cluster: %w", err)
+		}
+	}
+	return current, mine, nil
 }
 
 // nextCRL is the CRL that follows current, etcd's, with serials, node

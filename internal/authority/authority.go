@@ -4,7 +4,10 @@
 // owner's TLS session can pass a statement along; none can make one,
 // because the signature is by the owner's key, which never touches a
 // node, and is checked against the owner certificate the node fixed when
-// it was enrolled.
+// it was enrolled, or that owner handed the node over to: a succession
+// (succession.go) is the one statement that changes whose word counts,
+// and only the owner in force can sign it, so the chain of owners a node
+// follows starts at its enrolment and never at what a member says.
 //
 // A statement is a protobuf message (proto/authority.proto) of a kind,
 // e.g. a release the owner lets onto their nodes. The signature covers a

@@ -231,6 +231,7 @@ func TestJoinInProcess(t *testing.T) {
 		m.admitted(t, ctx, cl, ownerCert)
 	}
 	appCredential(t, ctx, cl, ca, owner)
+	backUpUnderLoad(t, ctx, cl, ca, owner)
 	admitOld(t, ctx, cl, owner, ownerCert, b)
 	cc, err := admin.Connect([]string{"127.0.0.3:2379"}, ca, owner)
 	if err != nil {
@@ -276,7 +277,8 @@ func TestJoinInProcess(t *testing.T) {
 		!strings.Contains(err.Error(), "does not carry the owner's revocations") {
 		t.Errorf("a removal built on the rogue's CRL: %v", err)
 	}
-	if _, err := admin.RemoveNode(ctx, cl, b.mgr.nodeName(t), owner, removal.CRL); err != nil {
+	removal, err = admin.RemoveNode(ctx, cl, b.mgr.nodeName(t), owner, removal.CRL)
+	if err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, "node failed: removed from cluster unit")
@@ -292,6 +294,7 @@ func TestJoinInProcess(t *testing.T) {
 	d := start(t, ctx, 4, &enrolment.Enrolment{ClusterName: "unit", Ticket: mint(0), Owner: otherOwner}, "")
 	d.wait(t, "names the owner "+pki.Fingerprint(ownerCert)+", its enrolment config "+pki.Fingerprint(otherOwner)+
 		": refusing a cluster of another owner")
+	handOver(t, ctx, a, ca, cl, owner, removal.CRL)
 
 	cancel()
 	<-d.done

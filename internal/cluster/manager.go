@@ -163,15 +163,20 @@ func (mg *Manager) Run(ctx context.Context) error {
 
 // serveRetimed serves the member, and starts it again with the cluster's
 // raft timing when it was started alone and the cluster grows past one
-// voter (consensus.ErrRetime).
+// voter (consensus.ErrRetime), or to trust a new owner (errHandedOver).
 func (mg *Manager) serveRetimed(ctx context.Context, c *consensus.Consensus, rec *Record) error {
 	for {
 		err := mg.serve(ctx, c, rec)
-		if !errors.Is(err, consensus.ErrRetime) || ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
+			return err
+		case errors.Is(err, consensus.ErrRetime):
+			mg.log.Info("the cluster is growing past one voter: restarting etcd with the cluster's raft timing")
+			mg.retimed = true
+		case errors.Is(err, errHandedOver):
+		default:
 			return err
 		}
-		mg.log.Info("the cluster is growing past one voter: restarting etcd with the cluster's raft timing")
-		mg.retimed = true
 		if c, err = mg.startMember(ctx, rec); err != nil {
 			return err
 		}
@@ -198,6 +203,7 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 		{Name: "promotion-report", Run: func(ctx context.Context) error { mg.reportPromotion(ctx, c); return nil }},
 		{Name: "member-directory", Run: func(ctx context.Context) error { mg.keepDirectory(ctx, c, rec.Cluster); return nil }},
 		{Name: "ca-key-copy", Run: func(ctx context.Context) error { return mg.keepCAKey(ctx, c) }},
+		{Name: "owner-succession", Run: func(ctx context.Context) error { return mg.followOwner(ctx, c, rec) }},
 	}
 	if k := mg.cfg.Keys; k != nil {
 		m := clusterkey.Member{Consensus: c, PKI: mg.pkiFiles(), Cluster: rec.Cluster, Node: rec.Node}

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/borough-os/borough/internal/keyspace"
 )
 
 // etcd authentication is on in every Borough cluster, so that Borough's
@@ -67,7 +66,7 @@ func (c *Consensus) enableAuth(ctx context.Context) error {
 		}
 	}
 	for _, u := range users {
-		if err := rootUser(ctx, c.Client, u); err != nil {
+		if err := keyspace.RootUser(ctx, c.Client, u); err != nil {
 			return err
 		}
 	}
@@ -75,18 +74,5 @@ func (c *Consensus) enableAuth(ctx context.Context) error {
 		return fmt.Errorf("enabling it: %w", err)
 	}
 	c.cfg.Log.Info("etcd authentication on", "root", users)
-	return nil
-}
-
-// rootUser makes user an etcd user with the root role, who logs in by the
-// common name of a client certificate only.
-func rootUser(ctx context.Context, c *clientv3.Client, user string) error {
-	_, err := c.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true})
-	if err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
-		return fmt.Errorf("adding user %q: %w", user, err)
-	}
-	if _, err := c.UserGrantRole(ctx, user, "root"); err != nil {
-		return fmt.Errorf("granting user %q the root role: %w", user, err)
-	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -55,6 +56,45 @@ func (f Files) CAKey() string { return filepath.Join(f.Dir, "ca-key.pem") }
 // shows it with its escrow key, so that peers know the key is the one
 // the owner admitted under its name.
 func (f Files) Admission() string { return filepath.Join(f.Dir, "admission.pb") }
+
+// Succession is the last owner hand-over the node took
+// (authority.KindSuccession), absent while it has the owner it was
+// enrolled with: the next it takes must be numbered higher.
+func (f Files) Succession() string { return filepath.Join(f.Dir, "succession.pb") }
+
+// TakenSuccession is the number of the last owner hand-over the node
+// took; 0 for none.
+func (f Files) TakenSuccession() (uint64, error) {
+	b, err := os.ReadFile(f.Succession())
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := authority.SuccessionNumber(b)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", f.Succession(), err)
+	}
+	return n, nil
+}
+
+// HandOver makes h's owner the node's, with the statement that says so,
+// all at once, and more with them: the owner's certificate, the one the
+// client port trusts (which etcd reads when it starts) and the
+// succession taken.
+func (f Files) HandOver(h authority.Handover, more ...atomicfile.File) error {
+	owner := pki.CertPEM(h.Owner)
+	err := atomicfile.WriteAll(append([]atomicfile.File{
+		{Path: f.Owner(), Data: owner, Perm: 0o600},
+		{Path: f.Trusted(), Data: owner, Perm: 0o600},
+		{Path: f.Succession(), Data: h.Statement, Perm: 0o600},
+	}, more...)...)
+	if err != nil {
+		return fmt.Errorf("taking owner succession %d: %w", h.Number, err)
+	}
+	return nil
+}
 
 // Bundle is what the PKI files hold.
 type Bundle struct {

@@ -2,9 +2,11 @@ package keyspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/pki"
@@ -130,4 +132,18 @@ func readNode(ctx context.Context, kv clientv3.KV, name string) (NodeRecord, int
 		return r, 0, fmt.Errorf("the record of node %s: %w", name, err)
 	}
 	return r, resp.Kvs[0].ModRevision, nil
+}
+
+// RootUser makes user an etcd user with the root role, who logs in by the
+// common name of a client certificate only: the node's own user and the
+// owner's (consensus/auth.go).
+func RootUser(ctx context.Context, c *clientv3.Client, user string) error {
+	_, err := c.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true})
+	if err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+		return fmt.Errorf("adding etcd user %q: %w", user, err)
+	}
+	if _, err := c.UserGrantRole(ctx, user, "root"); err != nil {
+		return fmt.Errorf("granting etcd user %q the root role: %w", user, err)
+	}
+	return nil
 }

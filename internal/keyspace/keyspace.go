@@ -24,6 +24,7 @@ package keyspace
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -49,7 +50,14 @@ const (
 	// EscrowKeys prefixes each node's EscrowKey, by node name: its peers
 	// seal their shares to it.
 	EscrowKeys = "/borough/escrow-keys/"
+	// Successions prefixes the owner's hand-overs of the cluster
+	// (authority.KindSuccession), by number (SuccessionKey): each node
+	// takes those that follow from the owner it trusts.
+	Successions = "/borough/owner/successions/"
 )
+
+// SuccessionKey is the key of hand-over number n, in the order of n.
+func SuccessionKey(n uint64) string { return fmt.Sprintf("%s%020d", Successions, n) }
 
 // NodeRecord is what the cluster keeps of each node, as JSON at Nodes +
 // the node's name: enough to revoke its certificate, to know its role and

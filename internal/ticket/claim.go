@@ -113,6 +113,30 @@ func NewAdmission(statement []byte, p Proof) ([]byte, error) {
 	return proto.Marshal(&authoritypb.Admission{Ticket: statement, Node: p.Node, KeySha256: p.KeyHash, Claim: p.Signature})
 }
 
+// HandOverAdmission is admission b, by which owner admitted node name
+// of cluster, with its ticket signed again by sign, the next owner's
+// signature: the node's claim stands as it was, so the admission holds
+// under the next owner for the same key, and under no other.
+func HandOverAdmission(b []byte, owner *x509.Certificate, cluster, name string, sign func(*authoritypb.Ticket) ([]byte, error)) ([]byte, error) {
+	var a authoritypb.Admission
+	if err := proto.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("%w: node %s's admission is damaged: %w", ErrNotAdmitted, name, err)
+	}
+	if err := CheckAdmission(b, owner, cluster, name, a.GetKeySha256()); err != nil {
+		return nil, err
+	}
+	var t authoritypb.Ticket
+	if err := authority.Open(a.GetTicket(), owner, authority.KindTicket, &t); err != nil {
+		return nil, err
+	}
+	statement, err := sign(&t)
+	if err != nil {
+		return nil, err
+	}
+	a.Ticket = statement
+	return proto.Marshal(&a)
+}
+
 // ErrNotAdmitted wraps every reason CheckAdmission refuses.
 var ErrNotAdmitted = errors.New("the owner did not admit this key under this name")
 

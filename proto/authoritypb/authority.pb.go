@@ -428,6 +428,85 @@ func (x *Admission) GetClaim() []byte {
 	return nil
 }
 
+// Succession hands a cluster over from one owner to the next: signed by
+// the owner it names as previous, it makes owner the owner of each node
+// that trusts previous. Successions are numbered from 1 up in a cluster,
+// and a node takes one only if its number is higher than the last it
+// took, so that an old one replayed does not hand a node back.
+type Succession struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Number  uint64 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// previous is the fingerprint of the certificate of the owner that
+	// signs it ("sha256:" and hex).
+	Previous string `protobuf:"bytes,3,opt,name=previous,proto3" json:"previous,omitempty"`
+	// owner is the next owner's certificate, DER.
+	Owner []byte `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+}
+
+func (x *Succession) Reset() {
+	*x = Succession{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_authority_proto_msgTypes[5]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *Succession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Succession) ProtoMessage() {}
+
+func (x *Succession) ProtoReflect() protoreflect.Message {
+	mi := &file_authority_proto_msgTypes[5]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Succession.ProtoReflect.Descriptor instead.
+func (*Succession) Descriptor() ([]byte, []int) {
+	return file_authority_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Succession) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *Succession) GetNumber() uint64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *Succession) GetPrevious() string {
+	if x != nil {
+		return x.Previous
+	}
+	return ""
+}
+
+func (x *Succession) GetOwner() []byte {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
 var File_authority_proto protoreflect.FileDescriptor
 
 var file_authority_proto_rawDesc = []byte{
@@ -473,10 +552,17 @@ var file_authority_proto_rawDesc = []byte{
 	0x65, 0x79, 0x5f, 0x73, 0x68, 0x61, 0x32, 0x35, 0x36, 0x18, 0x03, 0x20, 0x01, 0x28, 0x0c, 0x52,
 	0x09, 0x6b, 0x65, 0x79, 0x53, 0x68, 0x61, 0x32, 0x35, 0x36, 0x12, 0x14, 0x0a, 0x05, 0x63, 0x6c,
 	0x61, 0x69, 0x6d, 0x18, 0x04, 0x20, 0x01, 0x28, 0x0c, 0x52, 0x05, 0x63, 0x6c, 0x61, 0x69, 0x6d,
-	0x42, 0x31, 0x5a, 0x2f, 0x67, 0x69, 0x74, 0x68, 0x75, 0x62, 0x2e, 0x63, 0x6f, 0x6d, 0x2f, 0x62,
-	0x6f, 0x72, 0x6f, 0x75, 0x67, 0x68, 0x2d, 0x6f, 0x73, 0x2f, 0x62, 0x6f, 0x72, 0x6f, 0x75, 0x67,
-	0x68, 0x2f, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x2f, 0x61, 0x75, 0x74, 0x68, 0x6f, 0x72, 0x69, 0x74,
-	0x79, 0x70, 0x62, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
+	0x22, 0x70, 0x0a, 0x0a, 0x53, 0x75, 0x63, 0x63, 0x65, 0x73, 0x73, 0x69, 0x6f, 0x6e, 0x12, 0x18,
+	0x0a, 0x07, 0x63, 0x6c, 0x75, 0x73, 0x74, 0x65, 0x72, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09, 0x52,
+	0x07, 0x63, 0x6c, 0x75, 0x73, 0x74, 0x65, 0x72, 0x12, 0x16, 0x0a, 0x06, 0x6e, 0x75, 0x6d, 0x62,
+	0x65, 0x72, 0x18, 0x02, 0x20, 0x01, 0x28, 0x04, 0x52, 0x06, 0x6e, 0x75, 0x6d, 0x62, 0x65, 0x72,
+	0x12, 0x1a, 0x0a, 0x08, 0x70, 0x72, 0x65, 0x76, 0x69, 0x6f, 0x75, 0x73, 0x18, 0x03, 0x20, 0x01,
+	0x28, 0x09, 0x52, 0x08, 0x70, 0x72, 0x65, 0x76, 0x69, 0x6f, 0x75, 0x73, 0x12, 0x14, 0x0a, 0x05,
+	0x6f, 0x77, 0x6e, 0x65, 0x72, 0x18, 0x04, 0x20, 0x01, 0x28, 0x0c, 0x52, 0x05, 0x6f, 0x77, 0x6e,
+	0x65, 0x72, 0x42, 0x31, 0x5a, 0x2f, 0x67, 0x69, 0x74, 0x68, 0x75, 0x62, 0x2e, 0x63, 0x6f, 0x6d,
+	0x2f, 0x62, 0x6f, 0x72, 0x6f, 0x75, 0x67, 0x68, 0x2d, 0x6f, 0x73, 0x2f, 0x62, 0x6f, 0x72, 0x6f,
+	0x75, 0x67, 0x68, 0x2f, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x2f, 0x61, 0x75, 0x74, 0x68, 0x6f, 0x72,
+	0x69, 0x74, 0x79, 0x70, 0x62, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
 }
 
 var (
@@ -491,13 +577,14 @@ func file_authority_proto_rawDescGZIP() []byte {
 	return file_authority_proto_rawDescData
 }
 
-var file_authority_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_authority_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_authority_proto_goTypes = []interface{}{
 	(*Signed)(nil),      // 0: borough.authority.Signed
 	(*Release)(nil),     // 1: borough.authority.Release
 	(*Revocations)(nil), // 2: borough.authority.Revocations
 	(*Ticket)(nil),      // 3: borough.authority.Ticket
 	(*Admission)(nil),   // 4: borough.authority.Admission
+	(*Succession)(nil),  // 5: borough.authority.Succession
 }
 var file_authority_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -573,6 +660,18 @@ func file_authority_proto_init() {
 				return nil
 			}
 		}
+		file_authority_proto_msgTypes[5].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*Succession); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -580,7 +679,7 @@ func file_authority_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_authority_proto_rawDesc,
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,149 @@
+package cluster
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/authority"
+	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/supervisor"
+	"github.com/borough-os/borough/internal/ticket"
+)
+
+// errHandedOver ends the member's services once the node took an owner
+// hand-over: etcd reads the certificate its client port trusts only when
+// it starts, so it starts again (serveRetimed).
+var errHandedOver = errors.New("the cluster was handed over to a new owner: etcd restarts to trust them on its client port")
+
+// handOverStagger is how long each member waits after the one before it
+// in name order to restart etcd after a hand-over, so that the members do
+// not all restart at once and the cluster keeps its quorum.
+const handOverStagger = 15 * time.Second
+
+// followOwner takes the owner's hand-overs of the cluster as the owner's
+// tool publishes them (keyspace.Successions; `borough owner rotate`):
+// each one the node's owner signed makes the next owner the node's, in
+// its PKI files, with the admission the next owner signed for the node's
+// key, and etcd restarts in the node's turn to trust them. A hand-over
+// any member could have made (not signed by the node's owner, or
+// numbered no higher than the last it took) is passed over, saying why.
+func (mg *Manager) followOwner(ctx context.Context, c *consensus.Consensus, rec *Record) error {
+	f := mg.pkiFiles()
+	if owner, err := f.LoadOwner(); owner == nil || err != nil {
+		<-ctx.Done()
+		return err
+	}
+	watch := c.Client.Watch(clientv3.WithRequireLeader(ctx), keyspace.Successions, clientv3.WithPrefix())
+	for {
+		took, err := mg.takeHandOvers(ctx, c, rec)
+		if err != nil {
+			return fmt.Errorf("following the owner's hand-overs: %w", err)
+		}
+		if took {
+			return mg.restartInTurn(ctx, c, rec.Node)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case resp, ok := <-watch:
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !ok || resp.Err() != nil {
+				return fmt.Errorf("watching the owner's hand-overs: %v", resp.Err())
+			}
+		}
+	}
+}
+
+// takeHandOvers takes the hand-overs etcd holds that follow from the
+// node's owner, and says whether it took any.
+func (mg *Manager) takeHandOvers(ctx context.Context, c *consensus.Consensus, rec *Record) (bool, error) {
+	f := mg.pkiFiles()
+	owner, err := f.LoadOwner()
+	if err != nil {
+		return false, err
+	}
+	after, err := f.TakenSuccession()
+	if err != nil {
+		return false, err
+	}
+	resp, err := c.Client.Get(ctx, keyspace.Successions, clientv3.WithPrefix())
+	if err != nil {
+		return false, fmt.Errorf("reading them: %w", err)
+	}
+	var statements [][]byte
+	for _, kv := range resp.Kvs {
+		statements = append(statements, kv.Value)
+	}
+	taken, refused := authority.Succeed(statements, owner, after, rec.Cluster)
+	if refused != nil {
+		mg.log.Warn("refused an owner hand-over", "owner", pki.Fingerprint(owner), "err", refused)
+	}
+	if len(taken) == 0 {
+		return false, nil
+	}
+	last := taken[len(taken)-1]
+	var more []atomicfile.File
+	if admission, err := mg.admissionBy(ctx, c, rec, last.Owner); err != nil {
+		mg.log.Warn("taking a hand-over without the node's admission by the next owner: peers seal it nothing until "+
+			"the owner admits it (borough cluster admit)", "succession", last.Number, "err", err)
+	} else {
+		more = append(more, atomicfile.File{Path: f.Admission(), Data: admission, Perm: 0o600})
+	}
+	if err := f.HandOver(last, more...); err != nil {
+		return false, err
+	}
+	mg.log.Info("the cluster has a new owner", "succession", last.Number, "from", pki.Fingerprint(owner),
+		"owner", pki.Fingerprint(last.Owner), "name", last.Owner.Subject.CommonName)
+	return true, nil
+}
+
+// admissionBy is the node's admission by owner, from its record in etcd,
+// which the owner's tool rewrote with the hand-over: checked against the
+// node's key before the node takes it.
+func (mg *Manager) admissionBy(ctx context.Context, c *consensus.Consensus, rec *Record, owner *x509.Certificate) ([]byte, error) {
+	id, err := mg.Identity()
+	if err != nil {
+		return nil, err
+	}
+	r, err := keyspace.ReadNode(ctx, c.Client, rec.Node)
+	if err != nil {
+		return nil, err
+	}
+	if err := ticket.CheckAdmission(r.Admission, owner, rec.Cluster, rec.Node, pki.KeyHash(id.Leaf)); err != nil {
+		return nil, fmt.Errorf("the node's admission by the next owner: %w", err)
+	}
+	return r.Admission, nil
+}
+
+// restartInTurn waits for the node's turn (its place among the members'
+// names, handOverStagger apart; a learner that never started has no name
+// yet), then ends the member's services for etcd
+// to start again.
+func (mg *Manager) restartInTurn(ctx context.Context, c *consensus.Consensus, node string) error {
+	var names []string
+	for _, m := range c.Members() {
+		if m.Name != "" {
+			names = append(names, m.Name)
+		}
+	}
+	slices.Sort(names)
+	turn := time.Duration(max(slices.Index(names, node), 0)) * handOverStagger
+	mg.log.Info("restarting etcd to trust the new owner on its client port", "in", turn)
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(turn):
+	}
+	return supervisor.Fatal(errHandedOver)
+}
