@@ -490,6 +490,9 @@ func (m *multi) coldRestart(t *testing.T) {
 	}
 	acked := w.stop()
 	t.Logf("pulled the plug of all three nodes after %d acknowledged writes", len(acked))
+	for _, n := range nodes {
+		spentTicket(t, n)
+	}
 	start := func(n *multinode.Node) {
 		t.Helper()
 		if err := m.c.Restart(context.Background(), n); err != nil {
@@ -513,6 +516,25 @@ func (m *multi) coldRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.checkWrites(t, nodes[2], acked, "after the cold restart")
+}
+
+// spentTicket checks that n's ESP holds no ticket secret: the member
+// erased the one it enrolled with (enrolment.Spend), which an offline
+// attacker could otherwise claim its name with.
+func spentTicket(t *testing.T, n *multinode.Node) {
+	t.Helper()
+	b := espCopy(t, n, esp.AppliedEnrolment)[esp.AppliedEnrolment]
+	var c enrolmentpb.Config
+	if err := proto.Unmarshal(b, &c); err != nil {
+		t.Fatalf("node%d's applied enrolment config: %v", n.Index+1, err)
+	}
+	var tk enrolmentpb.Ticket
+	if err := proto.Unmarshal(c.GetJoin().GetTicket(), &tk); err != nil {
+		t.Fatalf("node%d's ticket: %v", n.Index+1, err)
+	}
+	if len(tk.GetSecret()) != 0 || len(c.GetBootstrap().GetTicketSecret()) != 0 {
+		t.Errorf("node%d's ESP still holds the secret of the ticket it enrolled with", n.Index+1)
+	}
 }
 
 // ownerRecovery checks that n's disk alone holds no usable key, and that

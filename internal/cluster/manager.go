@@ -151,6 +151,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 	if tl := mg.cfg.Timeline; tl != nil {
 		mg.log.Info("boot timeline (seconds since the kernel started, +since the previous): " + tl.String())
 	}
+	mg.spendTicket()
 	err = mg.serveRetimed(ctx, c, rec)
 	switch {
 	case ctx.Err() != nil:
@@ -233,6 +234,19 @@ func ends(ctx context.Context, err error) error {
 		err = errors.New("stopped")
 	}
 	return supervisor.Fatal(err)
+}
+
+// spendTicket erases the secret of the ticket the node enrolled with, now
+// that it is a member and nothing needs it (enrolment.Spend); a failure
+// only leaves it where it was, and is said.
+func (mg *Manager) spendTicket() {
+	done, err := enrolment.Spend(mg.cfg.Enrolment, mg.cfg.ESPRoot, mg.cfg.DataRoot)
+	if err != nil {
+		mg.log.Warn("erasing the spent ticket's secret", "err", err)
+	}
+	if len(done) > 0 {
+		mg.log.Info("erased the spent ticket's secret", "from", done)
+	}
 }
 
 // removed records that the cluster removed the node and fails it for

@@ -58,6 +58,9 @@ func Load(log *slog.Logger, espRoot string, fresh bool) (*Enrolment, error) {
 		if err != nil {
 			return nil, err
 		}
+		if e.Spent() {
+			return nil, fmt.Errorf("enrolment config from %s: %w", source, ErrSpent)
+		}
 		e.applied = b
 		return e, writeRecord(record, b)
 	}
@@ -202,8 +205,15 @@ func applyNetwork(log *slog.Logger, e *Enrolment, source string, b, applied []by
 		"an enrolment config applies to a node's first boot only")
 }
 
-// sameButNetwork says whether two configs differ only in their network.
+// sameButNetwork says whether two configs differ only in their network
+// (and ticket secrets, which a member erases: Spend).
 func sameButNetwork(a, b []byte) bool {
+	if sa, _, err := spend(a); err == nil {
+		a = sa
+	}
+	if sb, _, err := spend(b); err == nil {
+		b = sb
+	}
 	var ca, cb enrolmentpb.Config
 	if proto.Unmarshal(a, &ca) != nil || proto.Unmarshal(b, &cb) != nil {
 		return false

@@ -158,7 +158,8 @@ func where(path string) string {
 
 var fingerprint = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
-// Check checks a ticket's form.
+// Check checks a ticket's form. A ticket without a secret is a spent one,
+// as a member keeps it (enrolment.Spend): it claims nothing.
 func Check(t *enrolmentpb.Ticket) error {
 	if path, ok := protostrict.Unknown(t); ok {
 		return fmt.Errorf("the ticket has fields this node does not know%s; it may be for a newer version", where(path))
@@ -172,8 +173,8 @@ func Check(t *enrolmentpb.Ticket) error {
 		return fmt.Errorf("the ticket's CA fingerprint %q is not sha256: and 64 hex digits", t.GetCaFingerprint())
 	case len(t.GetId()) != idSize:
 		return fmt.Errorf("the ticket's ID has %d bytes, want %d", len(t.GetId()), idSize)
-	case len(t.GetSecret()) != secretSize:
-		return fmt.Errorf("the ticket's secret has %d bytes, want %d", len(t.GetSecret()), secretSize)
+	case len(t.GetSecret()) != secretSize && len(t.GetSecret()) != 0:
+		return fmt.Errorf("the ticket's secret has %d bytes, want %d (or none, in a spent ticket)", len(t.GetSecret()), secretSize)
 	case t.GetExpires() <= 0:
 		return errors.New("the ticket has no expiry")
 	case len(t.GetJoinEndpoints()) == 0:

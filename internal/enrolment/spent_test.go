@@ -1,0 +1,90 @@
+package enrolment
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/authority"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+)
+
+// TestSpend enrols a fresh node from the ESP, spends its config as a
+// member does, and checks what an offline attacker would read: no ticket
+// secret in either record or in the config on the ESP; the node still
+// runs from its records; and the spent config enrols no fresh node.
+func TestSpend(t *testing.T) {
+	owner, err := pki.NewOwner("owner", now.AddDate(0, -1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, body, err := ticket.Founder("prod", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmt, err := authority.Sign(owner.Cert, owner.Key, authority.KindTicket, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	founder := bootstrap("prod", owner.Cert.Raw)
+	founder.GetBootstrap().OwnerTicket, founder.GetBootstrap().TicketSecret = stmt, tk.GetSecret()
+	for _, tc := range []struct {
+		name   string
+		config *enrolmentpb.Config
+		spent  func(*Enrolment) bool
+	}{
+		{"join", join(validTicket(t)), func(e *Enrolment) bool { return e.Spent() }},
+		{"bootstrap with a first node's ticket", founder, func(e *Enrolment) bool { return e.FounderTicket == nil && e.Owner != nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lg := slog.New(slog.DiscardHandler)
+			espRoot, dataRoot := t.TempDir(), t.TempDir()
+			write(t, espRoot, string(esp.EnrolmentConfig), marshal(t, tc.config))
+			e, err := Load(lg, espRoot, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e, err = Confirm(lg, e, espRoot, dataRoot); err != nil {
+				t.Fatal(err)
+			}
+			done, err := Spend(e, espRoot, dataRoot)
+			if err != nil || len(done) != 3 {
+				t.Fatalf("Spend rewrote %v, %v; want both records and the ESP's config", done, err)
+			}
+			if again, err := Spend(e, espRoot, dataRoot); err != nil || len(again) != 0 {
+				t.Errorf("spending again rewrote %v, %v", again, err)
+			}
+			for _, path := range done {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := Parse(b, path, now)
+				if err != nil || !tc.spent(got) {
+					t.Errorf("%s after Spend: %+v, %v; want it spent", filepath.Base(path), got, err)
+				}
+			}
+			e, err = Load(lg, espRoot, false)
+			if err == nil {
+				e, err = Confirm(lg, e, espRoot, dataRoot)
+			}
+			if err != nil || !tc.spent(e) {
+				t.Errorf("the member's next boot: %+v, %v", e, err)
+			}
+		})
+	}
+	espRoot := t.TempDir()
+	spent, _, err := spend(marshal(t, join(validTicket(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, espRoot, string(esp.EnrolmentConfig), spent)
+	if _, err := Load(slog.New(slog.DiscardHandler), espRoot, true); !errors.Is(err, ErrSpent) {
+		t.Errorf("a fresh node with a spent config: %v, want %v", err, ErrSpent)
+	}
+}
