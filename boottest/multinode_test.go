@@ -46,13 +46,13 @@ func TestMultiNode(t *testing.T) {
 	t.Run("bad tickets", m.badTickets)
 	t.Run("leader power cut under writes", m.powerCut)
 	t.Run("rogue member", m.rogueMember)
+	t.Run("backup under writes", m.backupUnderWrites)
+	t.Run("owner rotation", m.ownerRotation)
 	t.Run("cold restart", m.coldRestart)
 	t.Run("restart at a new address", m.newAddress)
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
 	t.Run("rolling update under writes", m.rollingUpdate)
-	t.Run("backup under writes", m.backupUnderWrites)
-	t.Run("owner rotation", m.ownerRotation)
 }
 
 // launch launches a cluster owned by the owner whose config directory

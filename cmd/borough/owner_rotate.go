@@ -36,7 +36,7 @@ func ownerRotateCommand() *cobra.Command {
 them: the current owner signs the hand-over, which every node takes from
 etcd and checks against the owner it trusts, and the new owner signs
 again each node's admission and the revocations. Each member then
-restarts etcd in turn (15 s apart, keeping the quorum) to trust the new
+restarts etcd in turn (10 s apart, keeping the quorum) to trust the new
 owner on its client port; the node API trusts it at once. The old key is
 kept in the config directory (owner-key.age.replaced-...) and opens
 nothing on the cluster after the hand-over; disks reseal their owner

@@ -27,7 +27,7 @@ var errHandedOver = errors.New("the cluster was handed over to a new owner: etcd
 // handOverStagger is how long each member waits after the one before it
 // in name order to restart etcd after a hand-over, so that the members do
 // not all restart at once and the cluster keeps its quorum.
-const handOverStagger = 15 * time.Second
+const handOverStagger = 10 * time.Second
 
 // followOwner takes the owner's hand-overs of the cluster as the owner's
 // tool publishes them (keyspace.Successions; `borough owner rotate`):

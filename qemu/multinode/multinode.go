@@ -507,6 +507,10 @@ func (c *Cluster) Endpoints() []string {
 	return out
 }
 
+// HandedOver makes owner the owner the launcher acts as from now on, the
+// cluster's owner having handed it over to them (borough owner rotate).
+func (c *Cluster) HandedOver(owner tls.Certificate) { c.owner = owner }
+
 // Client connects to the cluster as the owner, through every node.
 func (c *Cluster) Client() (*clientv3.Client, error) {
 	return admin.Connect(c.Endpoints(), c.CA, c.owner)
