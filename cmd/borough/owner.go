@@ -70,19 +70,7 @@ func ownerInit(stdout io.Writer, name string, force bool) error {
 	if _, err := os.Stat(ownerKeyPath()); err == nil && !force {
 		return fmt.Errorf("%s exists; --force replaces it (clusters that trust the old certificate will refuse the new one)", ownerKeyPath())
 	}
-	pass, err := newPassphrase()
-	if err != nil {
-		return err
-	}
-	owner, err := pki.NewOwner(name, time.Now())
-	if err != nil {
-		return err
-	}
-	keyPEM, err := pki.KeyPEM(owner.Key)
-	if err != nil {
-		return err
-	}
-	sealed, err := ownerkey.Seal(keyPEM, pass)
+	owner, sealed, err := newOwner(name)
 	if err != nil {
 		return err
 	}
@@ -100,6 +88,28 @@ func ownerInit(stdout io.Writer, name string, force bool) error {
 	}
 	fmt.Fprintf(stdout, "owner %q: key %s (encrypted), certificate %s (%s)\n", name, ownerKeyPath(), ownerCertPath(), pki.Fingerprint(owner.Cert))
 	return nil
+}
+
+// newOwner makes an owner's key and self-signed certificate in name, and
+// returns them with the key sealed with a new passphrase.
+func newOwner(name string) (*pki.Cert, []byte, error) {
+	pass, err := newPassphrase()
+	if err != nil {
+		return nil, nil, err
+	}
+	owner, err := pki.NewOwner(name, time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err := pki.KeyPEM(owner.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	sealed, err := ownerkey.Seal(keyPEM, pass)
+	if err != nil {
+		return nil, nil, err
+	}
+	return owner, sealed, nil
 }
 
 // backUpOwner renames an existing owner identity aside, and says where.

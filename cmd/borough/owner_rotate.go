@@ -15,7 +15,6 @@ import (
 
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/atomicfile"
-	"github.com/borough-os/borough/internal/ownerkey"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -89,19 +88,7 @@ func nextOwner(stdout io.Writer, name string) (tls.Certificate, error) {
 		fmt.Fprintf(stdout, "taking up the rotation to %s begun before\n", nextCertPath())
 		return loadPair(nextCertPath(), nextKeyPath())
 	}
-	pass, err := newPassphrase()
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	id, err := pki.NewOwner(name, time.Now())
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	keyPEM, err := pki.KeyPEM(id.Key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	sealed, err := ownerkey.Seal(keyPEM, pass)
+	id, sealed, err := newOwner(name)
 	if err != nil {
 		return tls.Certificate{}, err
 	}

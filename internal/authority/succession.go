@@ -31,11 +31,8 @@ type Handover struct {
 // SignSuccession is the hand-over of cluster from owner (cert and key) to
 // next, numbered number.
 func SignSuccession(cert *x509.Certificate, key crypto.Signer, cluster string, number uint64, next *x509.Certificate) ([]byte, error) {
-	if _, _, err := algorithm(next); err != nil {
-		return nil, fmt.Errorf("the next owner: %w", err)
-	}
-	if next.Subject.CommonName == "" {
-		return nil, fmt.Errorf("the next owner's certificate %s has no common name, which etcd would name the owner by", pki.Fingerprint(next))
+	if err := checkNextOwner(next); err != nil {
+		return nil, err
 	}
 	return Sign(cert, key, KindSuccession, &authoritypb.Succession{
 		Cluster: cluster, Number: number, Previous: pki.Fingerprint(cert), Owner: next.Raw,
@@ -96,10 +93,22 @@ func take(b []byte, owner *x509.Certificate, cluster string) (Handover, error) {
 	if err != nil {
 		return Handover{}, fmt.Errorf("%w: succession %d names an owner certificate that does not parse: %w", ErrSuccession, s.GetNumber(), err)
 	}
-	if _, _, err := algorithm(next); err != nil || next.Subject.CommonName == "" {
-		return Handover{}, fmt.Errorf("%w: succession %d names an owner %s that cannot sign or has no common name", ErrSuccession, s.GetNumber(), pki.Fingerprint(next))
+	if err := checkNextOwner(next); err != nil {
+		return Handover{}, fmt.Errorf("%w: succession %d: %w", ErrSuccession, s.GetNumber(), err)
 	}
 	return Handover{Statement: b, Number: s.GetNumber(), Owner: next}, nil
+}
+
+// checkNextOwner checks that next can be an owner: its key signs
+// statements, and it has a common name, which etcd names the owner by.
+func checkNextOwner(next *x509.Certificate) error {
+	if _, _, err := algorithm(next); err != nil {
+		return fmt.Errorf("the next owner: %w", err)
+	}
+	if next.Subject.CommonName == "" {
+		return fmt.Errorf("the next owner's certificate %s has no common name, which etcd would name the owner by", pki.Fingerprint(next))
+	}
+	return nil
 }
 
 // SuccessionNumber is the number of a hand-over statement a node took

@@ -8,7 +8,7 @@
 // HPKE DHKEM(P-256)), so that the format, its streaming encryption and
 // its detection of truncation and tampering are age's, not Borough's.
 // age ships the recipient but no identity for it (hardware plugins hold
-// those keys); Identity here is that identity for an owner key held in
+// those keys); identity here is that identity for an owner key held in
 // software, a dozen lines of HPKE. Inside, in order:
 //
 //	"borough backup v1\n"
@@ -143,7 +143,7 @@ func writeFrame(w io.Writer, b []byte) error {
 // error: a caller writes it where nothing reads it before then.
 func Read(r io.Reader, key *ecdsa.PrivateKey, snapshot io.Writer) (Meta, error) {
 	var meta Meta
-	dec, err := age.Decrypt(r, Identity{key})
+	dec, err := age.Decrypt(r, identity{key})
 	switch {
 	case errors.Is(err, age.ErrIncorrectIdentity):
 		return meta, fmt.Errorf("%w: %w", ErrOwner, err)
@@ -211,16 +211,16 @@ func recipient(owner *x509.Certificate) (*tag.Recipient, error) {
 // (filippo.io/age/tag).
 const p256Label = "age-encryption.org/p256tag"
 
-// Identity opens what is encrypted to an owner's key as age's tagged
+// identity opens what is encrypted to an owner's key as age's tagged
 // P-256 recipient.
-type Identity struct{ Key *ecdsa.PrivateKey }
+type identity struct{ key *ecdsa.PrivateKey }
 
-var _ age.Identity = Identity{}
+var _ age.Identity = identity{}
 
 // Unwrap returns the file key from the stanza encrypted to i, or an error
 // wrapping age.ErrIncorrectIdentity if none is.
-func (i Identity) Unwrap(stanzas []*age.Stanza) ([]byte, error) {
-	k, err := i.Key.ECDH()
+func (i identity) Unwrap(stanzas []*age.Stanza) ([]byte, error) {
+	k, err := i.key.ECDH()
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"os"
 
 	bolt "go.etcd.io/bbolt"
@@ -15,30 +16,12 @@ import (
 // a bolt file with etcd's key bucket. It returns the number of key
 // revisions the snapshot holds.
 func CheckSnapshot(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	db, err := stripHash(path)
 	if err != nil {
 		return 0, err
 	}
-	if len(b) < sha256.Size {
-		return 0, fmt.Errorf("the snapshot %s has %d bytes: too short for etcd's", path, len(b))
-	}
-	db, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
-	if got := sha256.Sum256(db); !bytes.Equal(got[:], sum) {
-		return 0, fmt.Errorf("the snapshot %s does not match the SHA-256 etcd appended to it", path)
-	}
-	f, err := os.CreateTemp("", "borough-snapshot-*.db")
-	if err != nil {
-		return 0, err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(db)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return 0, err
-	}
-	bdb, err := bolt.Open(f.Name(), 0o600, &bolt.Options{ReadOnly: true})
+	defer os.Remove(db)
+	bdb, err := bolt.Open(db, 0o600, &bolt.Options{ReadOnly: true})
 	if err != nil {
 		return 0, fmt.Errorf("the snapshot %s is not a bolt database: %w", path, err)
 	}
@@ -53,4 +36,44 @@ func CheckSnapshot(path string) (int, error) {
 		return nil
 	})
 	return keys, err
+}
+
+// stripHash copies the database of the snapshot at path, without the
+// SHA-256 etcd appended, to a temporary file, in one pass that checks
+// the hash, and returns the copy's path.
+func stripHash(path string) (string, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return "", err
+	}
+	size := st.Size() - sha256.Size
+	if size < 0 {
+		return "", fmt.Errorf("the snapshot %s has %d bytes: too short for etcd's", path, st.Size())
+	}
+	out, err := os.CreateTemp("", "borough-snapshot-*.db")
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.New()
+	_, err = io.Copy(io.MultiWriter(out, sum), io.LimitReader(in, size))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	want := make([]byte, sha256.Size)
+	if err == nil {
+		_, err = io.ReadFull(in, want)
+	}
+	if err == nil && !bytes.Equal(sum.Sum(nil), want) {
+		err = fmt.Errorf("the snapshot %s does not match the SHA-256 etcd appended to it", path)
+	}
+	if err != nil {
+		os.Remove(out.Name())
+		return "", err
+	}
+	return out.Name(), nil
 }

@@ -315,15 +315,7 @@ func (m *member) admitted(t *testing.T, ctx context.Context, cl *clientv3.Client
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(m.mgr.pkiFiles().Cert())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := pki.ParseCertPEM(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ticket.CheckAdmission(rec.Admission, owner, "unit", name, pki.KeyHash(cert)); err != nil {
+	if err := ticket.CheckAdmission(rec.Admission, owner, "unit", name, keyHashOf(t, m.mgr.pkiFiles().Cert())); err != nil {
 		t.Errorf("the cluster's record of node %s: %v", name, err)
 	}
 }

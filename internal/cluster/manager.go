@@ -151,8 +151,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 	if tl := mg.cfg.Timeline; tl != nil {
 		mg.log.Info("boot timeline (seconds since the kernel started, +since the previous): " + tl.String())
 	}
-	mg.spendTicket()
-	err = mg.serveRetimed(ctx, c, rec)
+	err = mg.serveRestarting(ctx, c, rec)
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -162,10 +161,10 @@ func (mg *Manager) Run(ctx context.Context) error {
 	return supervisor.Fatal(fmt.Errorf("the cluster member stopped: %w", err))
 }
 
-// serveRetimed serves the member, and starts it again with the cluster's
+// serveRestarting serves the member, and starts it again with the cluster's
 // raft timing when it was started alone and the cluster grows past one
 // voter (consensus.ErrRetime), or to trust a new owner (errHandedOver).
-func (mg *Manager) serveRetimed(ctx context.Context, c *consensus.Consensus, rec *Record) error {
+func (mg *Manager) serveRestarting(ctx context.Context, c *consensus.Consensus, rec *Record) error {
 	for {
 		err := mg.serve(ctx, c, rec)
 		switch {
@@ -205,6 +204,7 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 		{Name: "member-directory", Run: func(ctx context.Context) error { mg.keepDirectory(ctx, c, rec.Cluster); return nil }},
 		{Name: "ca-key-copy", Run: func(ctx context.Context) error { return mg.keepCAKey(ctx, c) }},
 		{Name: "owner-succession", Run: func(ctx context.Context) error { return mg.followOwner(ctx, c, rec) }},
+		{Name: "ticket-spend", Run: func(context.Context) error { mg.spendTicket(); return nil }},
 	}
 	if k := mg.cfg.Keys; k != nil {
 		m := clusterkey.Member{Consensus: c, PKI: mg.pkiFiles(), Cluster: rec.Cluster, Node: rec.Node}
@@ -237,8 +237,9 @@ func ends(ctx context.Context, err error) error {
 }
 
 // spendTicket erases the secret of the ticket the node enrolled with, now
-// that it is a member and nothing needs it (enrolment.Spend); a failure
-// only leaves it where it was, and is said.
+// that it is a member and nothing needs it (enrolment.Spend), beside the
+// member's other services rather than before them; a failure only leaves
+// it where it was, and is said. Once spent, it only reads.
 func (mg *Manager) spendTicket() {
 	done, err := enrolment.Spend(mg.cfg.Enrolment, mg.cfg.ESPRoot, mg.cfg.DataRoot)
 	if err != nil {

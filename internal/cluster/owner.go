@@ -12,16 +12,16 @@ import (
 
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/authority"
+	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/supervisor"
-	"github.com/borough-os/borough/internal/ticket"
 )
 
 // errHandedOver ends the member's services once the node took an owner
 // hand-over: etcd reads the certificate its client port trusts only when
-// it starts, so it starts again (serveRetimed).
+// it starts, so it starts again (serveRestarting).
 var errHandedOver = errors.New("the cluster was handed over to a new owner: etcd restarts to trust them on its client port")
 
 // handOverStagger is how long each member waits after the one before it
@@ -109,21 +109,17 @@ func (mg *Manager) takeHandOvers(ctx context.Context, c *consensus.Consensus, re
 }
 
 // admissionBy is the node's admission by owner, from its record in etcd,
-// which the owner's tool rewrote with the hand-over: checked against the
-// node's key before the node takes it.
+// which the owner's tool rewrote with the hand-over.
 func (mg *Manager) admissionBy(ctx context.Context, c *consensus.Consensus, rec *Record, owner *x509.Certificate) ([]byte, error) {
 	id, err := mg.Identity()
 	if err != nil {
 		return nil, err
 	}
-	r, err := keyspace.ReadNode(ctx, c.Client, rec.Node)
+	admission, err := clusterkey.RecordedAdmission(ctx, c.Client, owner, rec.Cluster, rec.Node, pki.KeyHash(id.Leaf))
 	if err != nil {
-		return nil, err
-	}
-	if err := ticket.CheckAdmission(r.Admission, owner, rec.Cluster, rec.Node, pki.KeyHash(id.Leaf)); err != nil {
 		return nil, fmt.Errorf("the node's admission by the next owner: %w", err)
 	}
-	return r.Admission, nil
+	return admission, nil
 }
 
 // restartInTurn waits for the node's turn (its place among the members'

@@ -127,15 +127,26 @@ func (k *Keeper) admission(ctx context.Context, m Member, owner *x509.Certificat
 	if b, err := os.ReadFile(m.PKI.Admission()); err == nil && ticket.CheckAdmission(b, owner, m.Cluster, m.Node, keyHash) == nil {
 		return b, nil
 	}
-	rec, err := keyspace.ReadNode(ctx, m.Consensus.Client, m.Node)
+	admission, err := RecordedAdmission(ctx, m.Consensus.Client, owner, m.Cluster, m.Node, keyHash)
 	if err != nil {
 		return nil, err
 	}
-	if err := ticket.CheckAdmission(rec.Admission, owner, m.Cluster, m.Node, keyHash); err != nil {
+	if err := atomicfile.Write(m.PKI.Admission(), admission, 0o600); err != nil {
+		return nil, fmt.Errorf("keeping the node's admission: %w", err)
+	}
+	return admission, nil
+}
+
+// RecordedAdmission is node's admission by owner in its record in etcd
+// (keyspace.NodeRecord), once it has checked it against the key whose
+// SHA-256 is keyHash: any member can rewrite the record.
+func RecordedAdmission(ctx context.Context, kv clientv3.KV, owner *x509.Certificate, cluster, node string, keyHash []byte) ([]byte, error) {
+	rec, err := keyspace.ReadNode(ctx, kv, node)
+	if err != nil {
 		return nil, err
 	}
-	if err := atomicfile.Write(m.PKI.Admission(), rec.Admission, 0o600); err != nil {
-		return nil, fmt.Errorf("keeping the node's admission: %w", err)
+	if err := ticket.CheckAdmission(rec.Admission, owner, cluster, node, keyHash); err != nil {
+		return nil, err
 	}
 	return rec.Admission, nil
 }

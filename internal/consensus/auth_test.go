@@ -22,17 +22,7 @@ func TestAuthChurn(t *testing.T) {
 	tc := newTestCA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := Start(ctx, tc.member("n1", "127.0.0.12", ModeNew))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	c, done := run(t, ctx, tc.member("n1", "127.0.0.12", ModeNew))
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if st, err := c.Client.AuthStatus(ctx); err == nil && st.Enabled {
 			break

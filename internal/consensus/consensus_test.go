@@ -36,17 +36,7 @@ func TestConsensus(t *testing.T) {
 	defer cancel()
 	cfg := tc.member("n1", "127.0.0.9", ModeNew)
 	files := cfg.PKI
-	c, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	c, _ := run(t, ctx, cfg)
 
 	if _, err := c.Client.Put(ctx, "k", "v"); err != nil {
 		t.Fatalf("put through the in-process client: %v", err)
@@ -204,6 +194,24 @@ func newTestCA(t *testing.T) *testCA {
 // certificate files written. Each test's members have their own loopback
 // addresses, apart from other packages' tests that run etcd at the same
 // time.
+// run starts a member with cfg and runs it until the test ends; done
+// says how Run ended, should it end before.
+func run(t *testing.T, ctx context.Context, cfg Config) (c *Consensus, done <-chan error) {
+	t.Helper()
+	c, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ended := make(chan error, 1)
+	go func() { ended <- c.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		<-ended
+	})
+	return c, ended
+}
+
 func (tc *testCA) member(name, ip string, mode Mode) Config {
 	tc.t.Helper()
 	files := Files{Dir: filepath.Join(tc.dir, name, "pki")}

@@ -118,23 +118,14 @@ func NewAdmission(statement []byte, p Proof) ([]byte, error) {
 // signature: the node's claim stands as it was, so the admission holds
 // under the next owner for the same key, and under no other.
 func HandOverAdmission(b []byte, owner *x509.Certificate, cluster, name string, sign func(*authoritypb.Ticket) ([]byte, error)) ([]byte, error) {
-	var a authoritypb.Admission
-	if err := proto.Unmarshal(b, &a); err != nil {
-		return nil, fmt.Errorf("%w: node %s's admission is damaged: %w", ErrNotAdmitted, name, err)
-	}
-	if err := CheckAdmission(b, owner, cluster, name, a.GetKeySha256()); err != nil {
-		return nil, err
-	}
-	var t authoritypb.Ticket
-	if err := authority.Open(a.GetTicket(), owner, authority.KindTicket, &t); err != nil {
-		return nil, err
-	}
-	statement, err := sign(&t)
+	a, t, err := openAdmission(b, owner, cluster, name)
 	if err != nil {
 		return nil, err
 	}
-	a.Ticket = statement
-	return proto.Marshal(&a)
+	if a.Ticket, err = sign(t); err != nil {
+		return nil, err
+	}
+	return proto.Marshal(a)
 }
 
 // ErrNotAdmitted wraps every reason CheckAdmission refuses.
@@ -144,27 +135,39 @@ var ErrNotAdmitted = errors.New("the owner did not admit this key under this nam
 // the key whose SHA-256 is keyHash as node name in cluster (in any of the
 // owner's clusters if cluster is empty: the key names the node).
 func CheckAdmission(b []byte, owner *x509.Certificate, cluster, name string, keyHash []byte) error {
+	a, _, err := openAdmission(b, owner, cluster, name)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(a.GetKeySha256(), keyHash) {
+		return fmt.Errorf("%w: node %s was admitted with another key", ErrNotAdmitted, name)
+	}
+	return nil
+}
+
+// openAdmission checks that b, an Admission, shows that owner admitted
+// node name in cluster (any, if empty) with the key it names, and returns
+// it and the owner's ticket in it.
+func openAdmission(b []byte, owner *x509.Certificate, cluster, name string) (*authoritypb.Admission, *authoritypb.Ticket, error) {
 	if len(b) == 0 {
-		return fmt.Errorf("%w: node %s has no admission", ErrNotAdmitted, name)
+		return nil, nil, fmt.Errorf("%w: node %s has no admission", ErrNotAdmitted, name)
 	}
 	var a authoritypb.Admission
 	if err := proto.Unmarshal(b, &a); err != nil {
-		return fmt.Errorf("%w: node %s's admission is damaged: %w", ErrNotAdmitted, name, err)
+		return nil, nil, fmt.Errorf("%w: node %s's admission is damaged: %w", ErrNotAdmitted, name, err)
 	}
 	var t authoritypb.Ticket
 	if err := authority.Open(a.GetTicket(), owner, authority.KindTicket, &t); err != nil {
-		return fmt.Errorf("%w: node %s's ticket: %w", ErrNotAdmitted, name, err)
+		return nil, nil, fmt.Errorf("%w: node %s's ticket: %w", ErrNotAdmitted, name, err)
 	}
 	p := Proof{Cluster: t.GetCluster(), ID: t.GetId(), Node: a.GetNode(), KeyHash: a.GetKeySha256(), Signature: a.GetClaim()}
 	switch {
 	case cluster != "" && t.GetCluster() != cluster:
-		return fmt.Errorf("%w: node %s's ticket is for cluster %q", ErrNotAdmitted, name, t.GetCluster())
+		return nil, nil, fmt.Errorf("%w: node %s's ticket is for cluster %q", ErrNotAdmitted, name, t.GetCluster())
 	case a.GetNode() != name:
-		return fmt.Errorf("%w: the admission is node %s's, not %s's", ErrNotAdmitted, a.GetNode(), name)
-	case !bytes.Equal(a.GetKeySha256(), keyHash):
-		return fmt.Errorf("%w: node %s was admitted with another key", ErrNotAdmitted, name)
+		return nil, nil, fmt.Errorf("%w: the admission is node %s's, not %s's", ErrNotAdmitted, a.GetNode(), name)
 	case p.verify(t.GetClaimKey()) != nil:
-		return fmt.Errorf("%w: node %s's claim of its ticket does not verify against the ticket's claim key", ErrNotAdmitted, name)
+		return nil, nil, fmt.Errorf("%w: node %s's claim of its ticket does not verify against the ticket's claim key", ErrNotAdmitted, name)
 	}
-	return nil
+	return &a, &t, nil
 }
