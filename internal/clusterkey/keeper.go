@@ -64,7 +64,10 @@ type Keeper struct {
 	// memberPKI are the running member's PKI files, once Maintain has
 	// them.
 	memberPKI atomic.Pointer[consensus.Files]
-	// responding says the responder runs.
+	// responder hands the unlock responder, once the node has what it
+	// needs, to the goroutine Boot started to run it for the rest of the
+	// boot; responding says it was handed over.
+	responder  chan *unlock.Server
 	responding bool
 	// bootErr is why Boot found no identity, if it failed to read one.
 	bootErr error
@@ -75,7 +78,12 @@ type Keeper struct {
 // Boot reads what the node has on its ESP to unlock and to answer its
 // peers, unsealing its keys, and starts the responder if it has both an
 // identity and an escrow key. Call it before the PCRs are capped, and
-// before storage asks for the CUK. The responder runs until ctx ends.
+// before storage asks for the CUK. The responder runs until ctx ends,
+// whether it starts now or when Maintain first has what it needs: on a
+// node's first boot that is under the member's context, which ends
+// whenever the member's services restart (etcd restarted to grow past one
+// voter, to take a hand-over, at a new address), and a responder started
+// under it would stop answering for the rest of the boot.
 //
 // A key that does not unseal (this boot is not the one it was sealed to)
 // is logged and left out: the node then neither answers nor asks its
@@ -98,7 +106,20 @@ func (k *Keeper) Boot(ctx context.Context) {
 		}
 	}
 	k.id = id
-	k.startResponder(ctx)
+	k.responder = make(chan *unlock.Server, 1)
+	go k.runResponder(ctx)
+	k.startResponder()
+}
+
+// runResponder runs the responder startResponder hands it until ctx ends.
+func (k *Keeper) runResponder(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case s := <-k.responder:
+		if err := s.Run(ctx); err != nil && ctx.Err() == nil {
+			k.Log.Warn("unlock responder stopped", "err", err)
+		}
+	}
 }
 
 // readIdentity reads the node's identity from the ESP; nil if it has none.
@@ -189,9 +210,9 @@ func (k *Keeper) crlInForce() (*x509.RevocationList, error) {
 }
 
 // startResponder starts the unlock responder once the node has what it
-// needs, and only once.
-func (k *Keeper) startResponder(ctx context.Context) {
-	if k.responding || k.id == nil || k.escrowKey == nil {
+// needs, and only once, if Boot is there to run it.
+func (k *Keeper) startResponder() {
+	if k.responder == nil || k.responding || k.id == nil || k.escrowKey == nil {
 		return
 	}
 	leaf, err := x509.ParseCertificate(k.id.Cert.Certificate[0])
@@ -207,11 +228,7 @@ func (k *Keeper) startResponder(ctx context.Context) {
 	s := &unlock.Server{Cluster: rec.Cluster, Node: leaf.Subject.CommonName, EscrowKey: k.escrowKey,
 		Identity: *k.id, Log: k.Log.With("service", "unlock-responder")}
 	k.responding = true
-	go func() {
-		if err := s.Run(ctx); err != nil && ctx.Err() == nil {
-			k.Log.Warn("unlock responder stopped", "err", err)
-		}
-	}()
+	k.responder <- s
 	k.Log.Info("answering share requests", "port", unlock.Port)
 }
 

@@ -60,7 +60,7 @@ func (k *Keeper) maintain(ctx context.Context, m Member) error {
 	if err != nil {
 		return err
 	}
-	k.startResponder(ctx)
+	k.startResponder()
 	if err := k.publish(ctx, m, pub); err != nil {
 		return err
 	}
