@@ -53,6 +53,7 @@ func TestMultiNode(t *testing.T) {
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
 	t.Run("rolling update under writes", m.rollingUpdate)
+	t.Run("restore from a backup", m.restoreFromBackup)
 }
 
 // launch launches a cluster owned by the owner whose config directory

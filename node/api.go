@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,13 @@ func apiService(current *atomic.Pointer[enrolment.Enrolment], mgr *cluster.Manag
 		Info: func() *nodepb.Info { return about.info(mgr.Status(), current.Load().ClusterName) },
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
 			return about.updates.install(req, owner())
+		},
+		Restore: func(ctx context.Context, r io.Reader) (*nodepb.RestoreResponse, error) {
+			m, err := mgr.ReceiveBackup(ctx, r)
+			if err != nil {
+				return nil, err
+			}
+			return &nodepb.RestoreResponse{Cluster: m.Cluster, Revision: m.Revision, Taken: m.Taken.Unix(), SnapshotSha256: m.SnapshotSHA256}, nil
 		},
 		Unconfirmed: func() error {
 			if current.Load().Provisional() {

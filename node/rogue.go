@@ -51,17 +51,19 @@ import (
 //	rogue nodeapi NODE  signs itself a certificate in NODE's name, with a
 //	                    key of its own and its own addresses, and presents
 //	                    it on its node API, with NODE's admission, for
-//	                    rogueHoldFor.
+//	                    rogueAPIFor.
 //	rogue owner         makes an owner key of its own and publishes a
 //	                    hand-over of the cluster to it, as the owner's:
 //	                    naming the owner's certificate as its signer.
 
 // rogueShareFor is how long rogue share asks the holders; rogueHoldFor
 // how long rogue escrowkey holds its record in etcd: more than two
-// rounds of the peers' clusterkey.Maintain.
+// rounds of the peers' clusterkey.Maintain; rogueAPIFor how long rogue
+// nodeapi poses, time for the owner's tool to be refused once.
 const (
 	rogueShareFor = 15 * time.Second
 	rogueHoldFor  = 25 * time.Second
+	rogueAPIFor   = 10 * time.Second
 )
 
 // rogueCluster is the cluster manager the hook acts through.
@@ -274,7 +276,7 @@ func apiIdentity(mgr *cluster.Manager) (func() (*tls.Certificate, error), func()
 }
 
 // rogueNodeAPI has the node API present a certificate in node's name,
-// with the node's admission, for rogueHoldFor.
+// with the node's admission, for rogueAPIFor.
 func rogueNodeAPI(ctx context.Context, mg *cluster.Manager, node string) (string, error) {
 	c := mg.Client()
 	ca, err := keyspace.ReadCA(ctx, c)
@@ -299,8 +301,8 @@ func rogueNodeAPI(ctx context.Context, mg *cluster.Manager, node string) (string
 	}
 	cert := tls.Certificate{Certificate: [][]byte{forged.Cert.Raw, ca.Cert.Raw}, PrivateKey: forged.Key, Leaf: forged.Cert}
 	posing.Store(&rogueAPI{cert: cert, admission: rec.Admission})
-	time.AfterFunc(rogueHoldFor, func() { posing.Store(nil) })
-	return fmt.Sprintf("the node API presents %s's name for %v", node, rogueHoldFor), nil
+	time.AfterFunc(rogueAPIFor, func() { posing.Store(nil) })
+	return fmt.Sprintf("the node API presents %s's name for %v", node, rogueAPIFor), nil
 }
 
 // rogueOwner publishes a hand-over of the cluster to an owner key of its

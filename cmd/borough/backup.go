@@ -98,22 +98,40 @@ func takeBackup(stdout io.Writer, node, fingerprint, out string, timeout time.Du
 }
 
 func verifyBackup(stdout io.Writer, path string) error {
-	owner, err := ownerKeyPair()
+	meta, err := checkBackupFile(path)
 	if err != nil {
 		return err
 	}
-	key, ok := owner.PrivateKey.(*ecdsa.PrivateKey)
-	if !ok {
-		return fmt.Errorf("the owner key is a %T: backups are encrypted to ECDSA P-256 keys", owner.PrivateKey)
+	fmt.Fprintf(stdout, "%s: a whole backup of cluster %s (CA %s), taken %s at revision %d: snapshot %s, %d key revisions\n",
+		path, meta.Cluster, meta.caFingerprint, meta.Taken.Format(time.RFC3339), meta.Revision, mib(meta.SnapshotSize), meta.keys)
+	return nil
+}
+
+// checkedBackup is a backup's description, checked, and how many key
+// revisions its snapshot holds.
+type checkedBackup struct {
+	backup.Meta
+	caFingerprint string
+	keys          int
+}
+
+// checkBackupFile decrypts the backup at path with the owner's key and
+// checks it whole (checksums, the snapshot a bolt database with etcd's
+// keys, a CA with its key), writing nothing but a temporary copy of the
+// snapshot.
+func checkBackupFile(path string) (checkedBackup, error) {
+	key, err := ownerBackupKey()
+	if err != nil {
+		return checkedBackup{}, err
 	}
 	in, err := os.Open(path)
 	if err != nil {
-		return err
+		return checkedBackup{}, err
 	}
 	defer in.Close()
 	snap, err := os.CreateTemp("", "borough-backup-*.snapshot")
 	if err != nil {
-		return err
+		return checkedBackup{}, err
 	}
 	defer os.Remove(snap.Name())
 	meta, err := backup.Read(in, key, snap)
@@ -121,22 +139,33 @@ func verifyBackup(stdout io.Writer, path string) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return checkedBackup{}, fmt.Errorf("%s: %w", path, err)
 	}
 	keys, err := backup.CheckSnapshot(snap.Name())
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return checkedBackup{}, fmt.Errorf("%s: %w", path, err)
 	}
 	ca, err := pki.ParseCertPEM(meta.CA)
 	if err != nil {
-		return fmt.Errorf("%s: its cluster CA: %w", path, err)
+		return checkedBackup{}, fmt.Errorf("%s: its cluster CA: %w", path, err)
 	}
 	if len(meta.CAKey) == 0 {
-		return fmt.Errorf("%s: %w: it holds no CA key", path, backup.ErrDamaged)
+		return checkedBackup{}, fmt.Errorf("%s: %w: it holds no CA key", path, backup.ErrDamaged)
 	}
-	fmt.Fprintf(stdout, "%s: a whole backup of cluster %s (CA %s), taken %s at revision %d: snapshot %s, %d key revisions\n",
-		path, meta.Cluster, pki.Fingerprint(ca), meta.Taken.Format(time.RFC3339), meta.Revision, mib(meta.SnapshotSize), keys)
-	return nil
+	return checkedBackup{Meta: meta, caFingerprint: pki.Fingerprint(ca), keys: keys}, nil
+}
+
+// ownerBackupKey is the owner's key, which backups are encrypted to.
+func ownerBackupKey() (*ecdsa.PrivateKey, error) {
+	owner, err := ownerKeyPair()
+	if err != nil {
+		return nil, err
+	}
+	key, ok := owner.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("the owner key is a %T: backups are encrypted to ECDSA P-256 keys", owner.PrivateKey)
+	}
+	return key, nil
 }
 
 // mib is n bytes in MiB, for progress.

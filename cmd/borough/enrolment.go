@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"filippo.io/age"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -163,8 +165,8 @@ func (f *nodeFlags) write(stdout io.Writer, c *enrolmentpb.Config) error {
 
 type bootstrapFlags struct {
 	nodeFlags
-	cluster, owner string
-	noOwner        bool
+	cluster, owner, restore string
+	noOwner                 bool
 }
 
 func enrolmentBootstrapCommand() *cobra.Command {
@@ -186,6 +188,7 @@ written. Put it in a node with 'borough image enrol' or QEMU's --fw-cfg.`,
 	c.Flags().StringVar(&f.cluster, "cluster", "", "cluster name (a-z, 0-9, '-')")
 	c.Flags().StringVar(&f.owner, "owner", "", "owner certificate, PEM (default: the one from `borough owner init`)")
 	c.Flags().BoolVar(&f.noOwner, "no-owner", false, "a cluster without an owner: only local clients")
+	c.Flags().StringVar(&f.restore, "restore", "", "a backup (borough cluster backup) for the node to start the cluster from; send it with borough node restore once the node waits")
 	return c
 }
 
@@ -201,6 +204,12 @@ func writeBootstrap(stdout io.Writer, f bootstrapFlags) error {
 	}
 	if f.cluster != "" {
 		b.ClusterName = f.cluster
+	}
+	var restore *checkedBackup
+	if f.restore != "" {
+		if restore, err = restoredCluster(b, f.restore); err != nil {
+			return err
+		}
 	}
 	switch {
 	case f.noOwner:
@@ -218,7 +227,56 @@ func writeBootstrap(stdout io.Writer, f bootstrapFlags) error {
 	if err := f.apply(c); err != nil {
 		return err
 	}
+	if restore != nil {
+		if err := restoreFrom(stdout, b, restore, f.restore); err != nil {
+			return err
+		}
+	}
 	return f.write(stdout, c)
+}
+
+// restoredCluster checks the backup at path with the owner's key, and
+// has the bootstrap b create its cluster.
+func restoredCluster(b *enrolmentpb.Bootstrap, path string) (*checkedBackup, error) {
+	meta, err := checkBackupFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--restore: %w", err)
+	}
+	switch b.GetClusterName() {
+	case "":
+		b.ClusterName = meta.Cluster
+	case meta.Cluster:
+	default:
+		return nil, fmt.Errorf("--restore %s: the backup is of cluster %q, not %q (--cluster)", path, meta.Cluster, b.GetClusterName())
+	}
+	return &meta, nil
+}
+
+// restoreFrom has the bootstrap b restore the backup meta describes, at
+// path: it puts in b what the node checks the backup against, with a new
+// transfer key for the backup to travel to the node encrypted to. The
+// backup itself stays here: it holds the CA's key, and a config lies on
+// an ESP in clear.
+func restoreFrom(stdout io.Writer, b *enrolmentpb.Bootstrap, meta *checkedBackup, path string) error {
+	if len(b.GetOwnerCertificate()) == 0 {
+		return fmt.Errorf("--restore %s: a cluster restored from a backup has an owner, who sends the node the backup; drop --no-owner", path)
+	}
+	owner, err := pki.ParseCertPEM(meta.Owner)
+	if err != nil || !bytes.Equal(owner.Raw, b.GetOwnerCertificate()) {
+		return fmt.Errorf("--restore %s: the backup was made for another owner than the config's", path)
+	}
+	transfer, err := age.GenerateX25519Identity()
+	if err != nil {
+		return err
+	}
+	b.Restore = &enrolmentpb.Restore{
+		CaFingerprint: meta.caFingerprint, SnapshotSha256: meta.SnapshotSHA256, SnapshotSize: meta.SnapshotSize,
+		Revision: meta.Revision, TransferIdentity: transfer.String(),
+	}
+	fmt.Fprintf(stdout, "the node restores cluster %s from %s (taken %s at revision %d, %d key revisions); "+
+		"once it waits for it, send it with: borough node restore NODE %s --enrolment CONFIG\n",
+		meta.Cluster, path, meta.Taken.Format(time.RFC3339), meta.Revision, meta.keys, path)
+	return nil
 }
 
 // signFounder puts in b the first node's ticket, signed with the key of

@@ -76,6 +76,7 @@ type Meta struct {
 var (
 	ErrNotBackup = errors.New("not a Borough backup")
 	ErrOwner     = errors.New("the backup is not encrypted to this owner's key")
+	ErrTransfer  = errors.New("the backup is not encrypted to this node's transfer key")
 	ErrDamaged   = errors.New("the backup is damaged or truncated")
 )
 
@@ -142,17 +143,64 @@ func writeFrame(w io.Writer, b []byte) error {
 // backup's Meta. What it wrote is the snapshot only if it returns no
 // error: a caller writes it where nothing reads it before then.
 func Read(r io.Reader, key *ecdsa.PrivateKey, snapshot io.Writer) (Meta, error) {
-	var meta Meta
-	dec, err := age.Decrypt(r, identity{key})
+	dec, err := decrypt(r, identity{key}, ErrOwner)
+	if err != nil {
+		return Meta{}, err
+	}
+	return read(dec, snapshot)
+}
+
+// Open is Read of a backup on its way to the node that restores it,
+// resealed to that node's transfer key (Reseal).
+func Open(r io.Reader, transfer age.Identity, snapshot io.Writer) (Meta, error) {
+	dec, err := decrypt(r, transfer, ErrTransfer)
+	if err != nil {
+		return Meta{}, err
+	}
+	return read(dec, snapshot)
+}
+
+// Reseal decrypts the backup in r with the owner's key and encrypts what
+// it holds, unchanged, to the transfer key to, writing it to w: the node
+// that restores a backup holds no key of the owner's. It checks nothing
+// within; the node does as it reads it (Open).
+func Reseal(w io.Writer, r io.Reader, key *ecdsa.PrivateKey, to age.Recipient) error {
+	dec, err := decrypt(r, identity{key}, ErrOwner)
+	if err != nil {
+		return err
+	}
+	enc, err := age.Encrypt(w, to)
+	if err != nil {
+		return fmt.Errorf("encrypting the backup to the node: %w", err)
+	}
+	if _, err := io.Copy(enc, dec); err != nil {
+		return fmt.Errorf("%w: %w", ErrDamaged, err)
+	}
+	return enc.Close()
+}
+
+// decrypt opens the age file in r with id; wrongKey says what an
+// identity that does not open it means.
+func decrypt(r io.Reader, id age.Identity, wrongKey error) (io.Reader, error) {
+	dec, err := age.Decrypt(r, id)
 	switch {
 	case errors.Is(err, age.ErrIncorrectIdentity):
-		return meta, fmt.Errorf("%w: %w", ErrOwner, err)
+		return nil, fmt.Errorf("%w: %w", wrongKey, err)
 	case err != nil:
-		return meta, fmt.Errorf("%w: %w", ErrNotBackup, err)
+		return nil, fmt.Errorf("%w: %w", ErrNotBackup, err)
 	}
+	return dec, nil
+}
+
+// read reads the decrypted backup in dec (Read).
+func read(dec io.Reader, snapshot io.Writer) (Meta, error) {
+	var meta Meta
 	br := bufio.NewReader(dec)
 	head := make([]byte, len(magic))
-	if _, err := io.ReadFull(br, head); err != nil || string(head) != magic {
+	if _, err := io.ReadFull(br, head); err != nil {
+		return meta, fmt.Errorf("%w: %w", ErrDamaged, err)
+	}
+	if string(head) != magic {
 		return meta, fmt.Errorf("%w: it does not begin %q", ErrNotBackup, magic[:len(magic)-1])
 	}
 	sum := sha256.New()

@@ -30,9 +30,21 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Cons
 			}
 		}
 	}
+	if mg.cfg.Enrolment.Restore != nil {
+		return mg.restore(ctx, cluster, name)
+	}
 	rec := &Record{Phase: PhaseBootstrapping, Cluster: cluster, Node: name}
+	now := time.Now()
+	ca, err := pki.NewCA(rec.Cluster, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	crl, err := ca.CRL(1, nil, now)
+	if err != nil {
+		return nil, nil, err
+	}
 	// The data volume's record goes in one batch with the PKI files.
-	ca, node, err := mg.writePKI(rec)
+	node, err := mg.writePKI(rec, ca, crl)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -56,38 +68,29 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Cons
 	return c, rec, nil
 }
 
-// writePKI creates the cluster CA and this node's certificate, and writes
-// the files etcd reads together with the data volume's record rec: a
-// bootstrap begun is one write of all of them (the ESP's record follows;
-// decide starts over from the data volume's alone), where writing the
-// record on its own first took two syncs more.
-func (mg *Manager) writePKI(rec *Record) (*pki.CA, *pki.Cert, error) {
-	now := time.Now()
-	ca, err := pki.NewCA(rec.Cluster, now)
+// writePKI issues this node's certificate of the cluster CA ca, and
+// writes the files etcd reads, with the CRL crl, together with the data
+// volume's record rec: a bootstrap begun is one write of all of them (the
+// ESP's record follows; decide starts over from the data volume's alone),
+// where writing the record on its own first took two syncs more.
+func (mg *Manager) writePKI(rec *Record, ca *pki.CA, crl []byte) (*pki.Cert, error) {
+	node, err := ca.Issue(rec.Node, mg.ips(), []string{rec.Node, "localhost"}, time.Now())
 	if err != nil {
-		return nil, nil, err
-	}
-	node, err := ca.Issue(rec.Node, mg.ips(), []string{rec.Node, "localhost"}, now)
-	if err != nil {
-		return nil, nil, err
-	}
-	crl, err := ca.CRL(1, nil, now)
-	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	record, err := recordFile(mg.dataRecord(), rec)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	admission, err := mg.founderAdmission(rec.Node, node)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	err = mg.pkiFiles().Write(consensus.Bundle{
 		CA: ca.Cert, Cert: node.Cert, Key: node.Key, Owner: mg.cfg.Enrolment.Owner, CRL: crl, CAKey: ca.Key,
 		Admission: admission,
 	}, record)
-	return ca, node, err
+	return node, err
 }
 
 // founderAdmission claims the first node's ticket of the node's bootstrap

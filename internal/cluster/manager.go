@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -93,12 +94,17 @@ type Manager struct {
 	// retimed says that Run has restarted the member with the cluster's
 	// raft timing (consensus.ErrRetime); only Run's goroutine uses it.
 	retimed bool
+	// backups hands the owner's backup to a restore waiting for it
+	// (awaiting); receiving is held while one arrives (restore.go).
+	backups   chan received
+	awaiting  atomic.Bool
+	receiving sync.Mutex
 }
 
 // New returns a manager for a node in state New. log is the node's root
 // logger: transitions are node-level events.
 func New(log *slog.Logger) *Manager {
-	return &Manager{log: log, m: machine{state: StateNew, log: log}}
+	return &Manager{log: log, m: machine{state: StateNew, log: log}, backups: make(chan received)}
 }
 
 // Fail puts the node in Failed for a reason found before Run, such as a

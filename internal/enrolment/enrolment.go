@@ -57,6 +57,9 @@ type Enrolment struct {
 	// bootstrap config carries them: the node claims it for its key.
 	FounderTicket    *enrolmentpb.Ticket
 	FounderStatement []byte
+	// Restore is the backup a first node starts its cluster from, if its
+	// bootstrap config names one.
+	Restore *Restore
 	// StoragePolicy is how the data volume's key is protected.
 	StoragePolicy keyfile.TPMPolicy
 	// Interfaces are the links to configure; none means DHCP on the
@@ -311,7 +314,10 @@ func checkBootstrap(e *Enrolment, b *enrolmentpb.Bootstrap, now time.Time) error
 	if e.Owner, err = checkOwner("bootstrap.owner_certificate", b.GetOwnerCertificate()); err != nil {
 		return err
 	}
-	if err := checkFounder(e, b); err != nil || e.Owner == nil || now.IsZero() {
+	if err := checkFounder(e, b); err != nil {
+		return err
+	}
+	if err := checkRestore(e, b.GetRestore()); err != nil || e.Owner == nil || now.IsZero() {
 		return err
 	}
 	return e.CheckClock(now)

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -71,6 +73,15 @@ func readFile(t testing.TB, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// validRestore is a restore of a 1 MiB snapshot, its backup travelling to
+// transfer.
+func validRestore(transfer *age.X25519Identity) *enrolmentpb.Restore {
+	return &enrolmentpb.Restore{
+		CaFingerprint: "sha256:" + strings.Repeat("ab", 32), SnapshotSha256: strings.Repeat("cd", 32),
+		SnapshotSize: 1 << 20, Revision: 42, TransferIdentity: transfer.String(),
+	}
 }
 
 func bootstrap(name string, owner []byte) *enrolmentpb.Config {
@@ -130,6 +141,18 @@ func TestCheck(t *testing.T) {
 		c.StoragePolicy = p
 		return c
 	}
+	transfer, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := func(owner []byte, edit func(*enrolmentpb.Restore)) *enrolmentpb.Config {
+		c := bootstrap("prod", owner)
+		c.GetBootstrap().Restore = validRestore(transfer)
+		if edit != nil {
+			edit(c.GetBootstrap().Restore)
+		}
+		return c
+	}
 	for _, tc := range []struct {
 		name      string
 		config    *enrolmentpb.Config
@@ -139,6 +162,20 @@ func TestCheck(t *testing.T) {
 	}{
 		{name: "bootstrap with owner", config: bootstrap("prod-1", owner),
 			want: &Enrolment{ClusterName: "prod-1", Owner: ownerCert}},
+		{name: "restore", config: restore(owner, nil), want: &Enrolment{ClusterName: "prod", Owner: ownerCert,
+			Restore: &Restore{CAFingerprint: "sha256:" + strings.Repeat("ab", 32), SnapshotSHA256: strings.Repeat("cd", 32),
+				SnapshotSize: 1 << 20, Revision: 42, Transfer: transfer}}},
+		{name: "restore without an owner", config: restore(nil, nil), wantField: "bootstrap.restore", wantText: "without an owner"},
+		{name: "restore of a bad CA fingerprint", config: restore(owner, func(r *enrolmentpb.Restore) { r.CaFingerprint = "ab" }),
+			wantField: "bootstrap.restore.ca_fingerprint"},
+		{name: "restore of a short checksum", config: restore(owner, func(r *enrolmentpb.Restore) { r.SnapshotSha256 = "cd" }),
+			wantField: "bootstrap.restore.snapshot_sha256"},
+		{name: "restore of nothing", config: restore(owner, func(r *enrolmentpb.Restore) { r.SnapshotSize = 0 }),
+			wantField: "bootstrap.restore.snapshot_size"},
+		{name: "restore at no revision", config: restore(owner, func(r *enrolmentpb.Restore) { r.Revision = -1 }),
+			wantField: "bootstrap.restore.revision"},
+		{name: "restore with a bad transfer identity", config: restore(owner, func(r *enrolmentpb.Restore) { r.TransferIdentity = "AGE-SECRET-KEY-1X" }),
+			wantField: "bootstrap.restore.transfer_identity", wantText: "not an age X25519 identity"},
 		{name: "bootstrap without owner", config: bootstrap("a", nil), want: &Enrolment{ClusterName: "a"}},
 		{name: "required TPM", config: policy(enrolmentpb.StoragePolicy_STORAGE_POLICY_TPM_REQUIRED),
 			want: &Enrolment{ClusterName: "prod", StoragePolicy: keyfile.TPMRequired}},
@@ -245,7 +282,8 @@ func TestCheck(t *testing.T) {
 			}
 			// TestOwnerRecovery checks OwnerRecovery.
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateComparable(netip.Prefix{}, netip.Addr{}), protocmp.Transform(),
-				cmpopts.IgnoreFields(Enrolment{}, "OwnerRecovery"), cmpopts.IgnoreUnexported(Enrolment{})); diff != "" {
+				cmpopts.IgnoreFields(Enrolment{}, "OwnerRecovery"), cmpopts.IgnoreUnexported(Enrolment{}),
+				cmp.Comparer(func(a, b *age.X25519Identity) bool { return a.String() == b.String() })); diff != "" {
 				t.Errorf("Check (-want +got):\n%s", diff)
 			}
 		})

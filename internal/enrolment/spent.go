@@ -23,11 +23,12 @@ import (
 // hypervisor's, out of the node's reach; the log says so.
 
 // ErrSpent is a fresh node's config whose ticket a node already spent.
-var ErrSpent = errors.New("its ticket was spent: a node joined with it and erased its secret (mint a new ticket)")
+var ErrSpent = errors.New("its ticket or backup was spent: a node joined or restored with it and erased its secret (mint a new ticket, or make a new config with enrolment bootstrap --restore)")
 
 // spend returns config b without the secrets of its tickets: a join
 // ticket's secret, and a bootstrap's first-node ticket with its secret
-// (a bootstrap without one reads as the same cluster, same owner).
+// (a bootstrap without one reads as the same cluster, same owner) and its
+// restore's transfer identity, which opens the backup as it travels.
 // It says whether b held any.
 func spend(b []byte) ([]byte, bool, error) {
 	var c enrolmentpb.Config
@@ -50,10 +51,14 @@ func spend(b []byte) ([]byte, bool, error) {
 		}
 		m.Join.Ticket = tb
 	case *enrolmentpb.Config_Bootstrap:
-		if len(m.Bootstrap.GetTicketSecret()) == 0 {
+		r := m.Bootstrap.GetRestore()
+		if len(m.Bootstrap.GetTicketSecret()) == 0 && r.GetTransferIdentity() == "" {
 			return b, false, nil
 		}
 		m.Bootstrap.TicketSecret, m.Bootstrap.OwnerTicket = nil, nil
+		if r != nil {
+			r.TransferIdentity = ""
+		}
 	default:
 		return b, false, nil
 	}
@@ -61,8 +66,11 @@ func spend(b []byte) ([]byte, bool, error) {
 	return out, true, err
 }
 
-// Spent says whether e's ticket was spent (Spend).
-func (e *Enrolment) Spent() bool { return e.Ticket != nil && len(e.Ticket.GetSecret()) == 0 }
+// Spent says whether e's ticket, or its restore's transfer identity, was
+// spent (Spend).
+func (e *Enrolment) Spent() bool {
+	return e.Ticket != nil && len(e.Ticket.GetSecret()) == 0 || e.Restore != nil && e.Restore.Transfer == nil
+}
 
 // Spend erases the ticket secrets of the config e, the one the node runs
 // from as a member, in the data volume's record (at dataRoot) and the

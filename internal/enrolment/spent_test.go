@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"filippo.io/age"
+
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/pki"
@@ -33,6 +35,12 @@ func TestSpend(t *testing.T) {
 	}
 	founder := bootstrap("prod", owner.Cert.Raw)
 	founder.GetBootstrap().OwnerTicket, founder.GetBootstrap().TicketSecret = stmt, tk.GetSecret()
+	transfer, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restorer := bootstrap("prod", owner.Cert.Raw)
+	restorer.GetBootstrap().Restore = validRestore(transfer)
 	for _, tc := range []struct {
 		name   string
 		config *enrolmentpb.Config
@@ -40,6 +48,7 @@ func TestSpend(t *testing.T) {
 	}{
 		{"join", join(validTicket(t)), func(e *Enrolment) bool { return e.Spent() }},
 		{"bootstrap with a first node's ticket", founder, func(e *Enrolment) bool { return e.FounderTicket == nil && e.Owner != nil }},
+		{"bootstrap from a backup", restorer, func(e *Enrolment) bool { return e.Spent() && e.Restore.SnapshotSize == 1<<20 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lg := slog.New(slog.DiscardHandler)
@@ -78,13 +87,15 @@ func TestSpend(t *testing.T) {
 			}
 		})
 	}
-	espRoot := t.TempDir()
-	spent, _, err := spend(marshal(t, join(validTicket(t))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	write(t, espRoot, string(esp.EnrolmentConfig), spent)
-	if _, err := Load(slog.New(slog.DiscardHandler), espRoot, true); !errors.Is(err, ErrSpent) {
-		t.Errorf("a fresh node with a spent config: %v, want %v", err, ErrSpent)
+	for _, config := range []*enrolmentpb.Config{join(validTicket(t)), restorer} {
+		espRoot := t.TempDir()
+		spent, _, err := spend(marshal(t, config))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, espRoot, string(esp.EnrolmentConfig), spent)
+		if _, err := Load(slog.New(slog.DiscardHandler), espRoot, true); !errors.Is(err, ErrSpent) {
+			t.Errorf("a fresh node with a spent %T config: %v, want %v", config.GetMode(), err, ErrSpent)
+		}
 	}
 }

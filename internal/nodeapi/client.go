@@ -69,15 +69,20 @@ func (c *Client) http(timeout time.Duration) (*http.Client, error) {
 // call posts req to path and returns the response, whose body the caller
 // closes; a refusal is an error with the node's reason.
 func (c *Client) call(ctx context.Context, timeout time.Duration, path string, req proto.Message) (*http.Response, error) {
-	hc, err := c.http(timeout)
-	if err != nil {
-		return nil, err
-	}
 	body, err := proto.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+c.Addr+path, bytes.NewReader(body))
+	return c.post(ctx, timeout, path, bytes.NewReader(body))
+}
+
+// post posts body to path, as call.
+func (c *Client) post(ctx context.Context, timeout time.Duration, path string, body io.Reader) (*http.Response, error) {
+	hc, err := c.http(timeout)
+	if err != nil {
+		return nil, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+c.Addr+path, body)
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +139,11 @@ func (c *Client) unary(ctx context.Context, path string, req, resp proto.Message
 	if err != nil {
 		return err
 	}
+	return c.answer(r, resp)
+}
+
+// answer reads r's body into resp and closes it.
+func (c *Client) answer(r *http.Response, resp proto.Message) error {
 	defer r.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
@@ -160,6 +170,19 @@ func (c *Client) Power(ctx context.Context, a nodepb.PowerRequest_Action) error 
 func (c *Client) Update(ctx context.Context, req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
 	var resp nodepb.UpdateResponse
 	return &resp, c.unary(ctx, pathUpdate, req, &resp)
+}
+
+// Restore sends a first node the backup it waits for, resealed to its
+// transfer key (backup.Reseal), from body; the node answers once it has
+// checked the backup, and restores it after. No timeout but ctx's: a
+// backup's size has no bound.
+func (c *Client) Restore(ctx context.Context, body io.Reader) (*nodepb.RestoreResponse, error) {
+	r, err := c.post(ctx, 0, pathRestore, body)
+	if err != nil {
+		return nil, err
+	}
+	var resp nodepb.RestoreResponse
+	return &resp, c.answer(r, &resp)
 }
 
 // Logs calls f with each entry req selects, and with follow each new one,

@@ -44,10 +44,11 @@ const Port = 7835
 
 // Paths of the requests.
 const (
-	pathLogs   = "/v1/logs"
-	pathInfo   = "/v1/info"
-	pathPower  = "/v1/power"
-	pathUpdate = "/v1/update"
+	pathLogs    = "/v1/logs"
+	pathInfo    = "/v1/info"
+	pathPower   = "/v1/power"
+	pathUpdate  = "/v1/update"
+	pathRestore = "/v1/restore"
 )
 
 // maxBody bounds a request; maxUpdate an update, which carries a boot
@@ -80,6 +81,9 @@ type Server struct {
 	// Update installs an update and arms its try boot; the node API then
 	// answers and calls Power to reboot.
 	Update func(*nodepb.UpdateRequest) (*nodepb.UpdateResponse, error)
+	// Restore, if set, takes the backup a first node waits for, streamed
+	// in a request's body, and says which it took once it checked it.
+	Restore func(context.Context, io.Reader) (*nodepb.RestoreResponse, error)
 	// Unconfirmed, if set, says why the node does not yet trust the owner
 	// Owner returns, or nil once it does: an established node reads its
 	// owner from the ESP, which nobody authenticates, before its data
@@ -154,6 +158,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathInfo, s.info)
 	mux.HandleFunc("POST "+pathPower, s.power)
 	mux.HandleFunc("POST "+pathUpdate, s.update)
+	mux.HandleFunc("POST "+pathRestore, s.restore)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Admission != nil {
 			if a := s.Admission(); a != nil {
@@ -245,6 +250,26 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 		f.Flush()
 	}
 	s.Power(nodepb.PowerRequest_ACTION_REBOOT)
+}
+
+// restore hands the backup in the body to the node, which checks it
+// before it answers and restores it after.
+func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
+	if s.refuseUnconfirmed(w) {
+		return
+	}
+	if s.Restore == nil {
+		http.Error(w, "this node restores no backup", http.StatusConflict)
+		return
+	}
+	resp, err := s.Restore(r.Context(), r.Body)
+	if err != nil {
+		s.Log.Warn("refused a backup", "err", err)
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	s.Log.Info("took the owner's backup; restoring it", "cluster", resp.GetCluster(), "revision", resp.GetRevision())
+	reply(w, resp)
 }
 
 func actionName(a nodepb.PowerRequest_Action) string {

@@ -283,6 +283,12 @@ type Bootstrap struct {
 	// the first ticket it mints.
 	OwnerTicket  []byte `protobuf:"bytes,3,opt,name=owner_ticket,json=ownerTicket,proto3" json:"owner_ticket,omitempty"`
 	TicketSecret []byte `protobuf:"bytes,4,opt,name=ticket_secret,json=ticketSecret,proto3" json:"ticket_secret,omitempty"`
+	// restore, if set, starts the cluster from a backup (`borough cluster
+	// backup`) instead of empty: `borough enrolment bootstrap --restore`
+	// checked the backup with the owner's key and wrote what it says of
+	// itself here; the node waits for the owner to send it (`borough node
+	// restore`), and checks it against this.
+	Restore *Restore `protobuf:"bytes,5,opt,name=restore,proto3" json:"restore,omitempty"`
 }
 
 func (x *Bootstrap) Reset() {
@@ -345,6 +351,104 @@ func (x *Bootstrap) GetTicketSecret() []byte {
 	return nil
 }
 
+func (x *Bootstrap) GetRestore() *Restore {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
+}
+
+// Restore is a backup a first node restores. The backup holds the
+// cluster's CA key and every key and value: it travels to the node
+// encrypted to transfer_identity's recipient, and only over the node API,
+// whose client must be the owner; the node erases transfer_identity once
+// it runs as a member.
+type Restore struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// ca_fingerprint is the SHA-256 fingerprint of the backup's cluster CA
+	// ("sha256:" and hex).
+	CaFingerprint string `protobuf:"bytes,1,opt,name=ca_fingerprint,json=caFingerprint,proto3" json:"ca_fingerprint,omitempty"`
+	// snapshot_sha256 (hex) and snapshot_size are the backup's etcd
+	// snapshot's.
+	SnapshotSha256 string `protobuf:"bytes,2,opt,name=snapshot_sha256,json=snapshotSha256,proto3" json:"snapshot_sha256,omitempty"`
+	SnapshotSize   int64  `protobuf:"varint,3,opt,name=snapshot_size,json=snapshotSize,proto3" json:"snapshot_size,omitempty"`
+	// revision is the etcd revision the backup was taken at.
+	Revision int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// transfer_identity is an age X25519 identity ("AGE-SECRET-KEY-1..."):
+	// the owner's tool encrypts the backup to its recipient for the node.
+	TransferIdentity string `protobuf:"bytes,5,opt,name=transfer_identity,json=transferIdentity,proto3" json:"transfer_identity,omitempty"`
+}
+
+func (x *Restore) Reset() {
+	*x = Restore{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_enrolment_proto_msgTypes[2]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *Restore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Restore) ProtoMessage() {}
+
+func (x *Restore) ProtoReflect() protoreflect.Message {
+	mi := &file_enrolment_proto_msgTypes[2]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Restore.ProtoReflect.Descriptor instead.
+func (*Restore) Descriptor() ([]byte, []int) {
+	return file_enrolment_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Restore) GetCaFingerprint() string {
+	if x != nil {
+		return x.CaFingerprint
+	}
+	return ""
+}
+
+func (x *Restore) GetSnapshotSha256() string {
+	if x != nil {
+		return x.SnapshotSha256
+	}
+	return ""
+}
+
+func (x *Restore) GetSnapshotSize() int64 {
+	if x != nil {
+		return x.SnapshotSize
+	}
+	return 0
+}
+
+func (x *Restore) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Restore) GetTransferIdentity() string {
+	if x != nil {
+		return x.TransferIdentity
+	}
+	return ""
+}
+
 // Join joins an existing cluster.
 type Join struct {
 	state         protoimpl.MessageState
@@ -366,7 +470,7 @@ type Join struct {
 func (x *Join) Reset() {
 	*x = Join{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_enrolment_proto_msgTypes[2]
+		mi := &file_enrolment_proto_msgTypes[3]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -379,7 +483,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_enrolment_proto_msgTypes[2]
+	mi := &file_enrolment_proto_msgTypes[3]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +496,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_enrolment_proto_rawDescGZIP(), []int{2}
+	return file_enrolment_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Join) GetTicket() []byte {
@@ -443,7 +547,7 @@ type Ticket struct {
 func (x *Ticket) Reset() {
 	*x = Ticket{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_enrolment_proto_msgTypes[3]
+		mi := &file_enrolment_proto_msgTypes[4]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -456,7 +560,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_enrolment_proto_msgTypes[3]
+	mi := &file_enrolment_proto_msgTypes[4]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +573,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_enrolment_proto_rawDescGZIP(), []int{3}
+	return file_enrolment_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Ticket) GetVersion() uint32 {
@@ -558,7 +662,7 @@ type Network struct {
 func (x *Network) Reset() {
 	*x = Network{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_enrolment_proto_msgTypes[4]
+		mi := &file_enrolment_proto_msgTypes[5]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -571,7 +675,7 @@ func (x *Network) String() string {
 func (*Network) ProtoMessage() {}
 
 func (x *Network) ProtoReflect() protoreflect.Message {
-	mi := &file_enrolment_proto_msgTypes[4]
+	mi := &file_enrolment_proto_msgTypes[5]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +688,7 @@ func (x *Network) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Network.ProtoReflect.Descriptor instead.
 func (*Network) Descriptor() ([]byte, []int) {
-	return file_enrolment_proto_rawDescGZIP(), []int{4}
+	return file_enrolment_proto_rawDescGZIP(), []int{5}
 }
 
 func (m *Network) GetConfig() isNetwork_Config {
@@ -664,7 +768,7 @@ type Interface struct {
 func (x *Interface) Reset() {
 	*x = Interface{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_enrolment_proto_msgTypes[5]
+		mi := &file_enrolment_proto_msgTypes[6]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -677,7 +781,7 @@ func (x *Interface) String() string {
 func (*Interface) ProtoMessage() {}
 
 func (x *Interface) ProtoReflect() protoreflect.Message {
-	mi := &file_enrolment_proto_msgTypes[5]
+	mi := &file_enrolment_proto_msgTypes[6]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +794,7 @@ func (x *Interface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interface.ProtoReflect.Descriptor instead.
 func (*Interface) Descriptor() ([]byte, []int) {
-	return file_enrolment_proto_rawDescGZIP(), []int{5}
+	return file_enrolment_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Interface) GetName() string {
@@ -761,7 +865,7 @@ type DHCP struct {
 func (x *DHCP) Reset() {
 	*x = DHCP{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_enrolment_proto_msgTypes[6]
+		mi := &file_enrolment_proto_msgTypes[7]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -774,7 +878,7 @@ func (x *DHCP) String() string {
 func (*DHCP) ProtoMessage() {}
 
 func (x *DHCP) ProtoReflect() protoreflect.Message {
-	mi := &file_enrolment_proto_msgTypes[6]
+	mi := &file_enrolment_proto_msgTypes[7]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +891,7 @@ func (x *DHCP) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DHCP.ProtoReflect.Descriptor instead.
 func (*DHCP) Descriptor() ([]byte, []int) {
-	return file_enrolment_proto_rawDescGZIP(), []int{6}
+	return file_enrolment_proto_rawDescGZIP(), []int{7}
 }
 
 // Static is a fixed network configuration.
@@ -813,7 +917,7 @@ type Static struct {
 func (x *Static) Reset() {
 	*x = Static{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_enrolment_proto_msgTypes[7]
+		mi := &file_enrolment_proto_msgTypes[8]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -826,7 +930,7 @@ func (x *Static) String() string {
 func (*Static) ProtoMessage() {}
 
 func (x *Static) ProtoReflect() protoreflect.Message {
-	mi := &file_enrolment_proto_msgTypes[7]
+	mi := &file_enrolment_proto_msgTypes[8]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +943,7 @@ func (x *Static) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Static.ProtoReflect.Descriptor instead.
 func (*Static) Descriptor() ([]byte, []int) {
-	return file_enrolment_proto_rawDescGZIP(), []int{7}
+	return file_enrolment_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Static) GetInterface() string {
@@ -902,7 +1006,7 @@ var file_enrolment_proto_rawDesc = []byte{
 	0x6f, 0x6c, 0x69, 0x63, 0x79, 0x12, 0x2a, 0x0a, 0x11, 0x6e, 0x6f, 0x5f, 0x6f, 0x77, 0x6e, 0x65,
 	0x72, 0x5f, 0x72, 0x65, 0x63, 0x6f, 0x76, 0x65, 0x72, 0x79, 0x18, 0x06, 0x20, 0x01, 0x28, 0x08,
 	0x52, 0x0f, 0x6e, 0x6f, 0x4f, 0x77, 0x6e, 0x65, 0x72, 0x52, 0x65, 0x63, 0x6f, 0x76, 0x65, 0x72,
-	0x79, 0x42, 0x06, 0x0a, 0x04, 0x6d, 0x6f, 0x64, 0x65, 0x22, 0xa3, 0x01, 0x0a, 0x09, 0x42, 0x6f,
+	0x79, 0x42, 0x06, 0x0a, 0x04, 0x6d, 0x6f, 0x64, 0x65, 0x22, 0xd9, 0x01, 0x0a, 0x09, 0x42, 0x6f,
 	0x6f, 0x74, 0x73, 0x74, 0x72, 0x61, 0x70, 0x12, 0x21, 0x0a, 0x0c, 0x63, 0x6c, 0x75, 0x73, 0x74,
 	0x65, 0x72, 0x5f, 0x6e, 0x61, 0x6d, 0x65, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0b, 0x63,
 	0x6c, 0x75, 0x73, 0x74, 0x65, 0x72, 0x4e, 0x61, 0x6d, 0x65, 0x12, 0x2b, 0x0a, 0x11, 0x6f, 0x77,
@@ -912,7 +1016,23 @@ var file_enrolment_proto_rawDesc = []byte{
 	0x5f, 0x74, 0x69, 0x63, 0x6b, 0x65, 0x74, 0x18, 0x03, 0x20, 0x01, 0x28, 0x0c, 0x52, 0x0b, 0x6f,
 	0x77, 0x6e, 0x65, 0x72, 0x54, 0x69, 0x63, 0x6b, 0x65, 0x74, 0x12, 0x23, 0x0a, 0x0d, 0x74, 0x69,
 	0x63, 0x6b, 0x65, 0x74, 0x5f, 0x73, 0x65, 0x63, 0x72, 0x65, 0x74, 0x18, 0x04, 0x20, 0x01, 0x28,
-	0x0c, 0x52, 0x0c, 0x74, 0x69, 0x63, 0x6b, 0x65, 0x74, 0x53, 0x65, 0x63, 0x72, 0x65, 0x74, 0x22,
+	0x0c, 0x52, 0x0c, 0x74, 0x69, 0x63, 0x6b, 0x65, 0x74, 0x53, 0x65, 0x63, 0x72, 0x65, 0x74, 0x12,
+	0x34, 0x0a, 0x07, 0x72, 0x65, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x18, 0x05, 0x20, 0x01, 0x28, 0x0b,
+	0x32, 0x1a, 0x2e, 0x62, 0x6f, 0x72, 0x6f, 0x75, 0x67, 0x68, 0x2e, 0x65, 0x6e, 0x72, 0x6f, 0x6c,
+	0x6d, 0x65, 0x6e, 0x74, 0x2e, 0x52, 0x65, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x52, 0x07, 0x72, 0x65,
+	0x73, 0x74, 0x6f, 0x72, 0x65, 0x22, 0xc7, 0x01, 0x0a, 0x07, 0x52, 0x65, 0x73, 0x74, 0x6f, 0x72,
+	0x65, 0x12, 0x25, 0x0a, 0x0e, 0x63, 0x61, 0x5f, 0x66, 0x69, 0x6e, 0x67, 0x65, 0x72, 0x70, 0x72,
+	0x69, 0x6e, 0x74, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0d, 0x63, 0x61, 0x46, 0x69, 0x6e,
+	0x67, 0x65, 0x72, 0x70, 0x72, 0x69, 0x6e, 0x74, 0x12, 0x27, 0x0a, 0x0f, 0x73, 0x6e, 0x61, 0x70,
+	0x73, 0x68, 0x6f, 0x74, 0x5f, 0x73, 0x68, 0x61, 0x32, 0x35, 0x36, 0x18, 0x02, 0x20, 0x01, 0x28,
+	0x09, 0x52, 0x0e, 0x73, 0x6e, 0x61, 0x70, 0x73, 0x68, 0x6f, 0x74, 0x53, 0x68, 0x61, 0x32, 0x35,
+	0x36, 0x12, 0x23, 0x0a, 0x0d, 0x73, 0x6e, 0x61, 0x70, 0x73, 0x68, 0x6f, 0x74, 0x5f, 0x73, 0x69,
+	0x7a, 0x65, 0x18, 0x03, 0x20, 0x01, 0x28, 0x03, 0x52, 0x0c, 0x73, 0x6e, 0x61, 0x70, 0x73, 0x68,
+	0x6f, 0x74, 0x53, 0x69, 0x7a, 0x65, 0x12, 0x1a, 0x0a, 0x08, 0x72, 0x65, 0x76, 0x69, 0x73, 0x69,
+	0x6f, 0x6e, 0x18, 0x04, 0x20, 0x01, 0x28, 0x03, 0x52, 0x08, 0x72, 0x65, 0x76, 0x69, 0x73, 0x69,
+	0x6f, 0x6e, 0x12, 0x2b, 0x0a, 0x11, 0x74, 0x72, 0x61, 0x6e, 0x73, 0x66, 0x65, 0x72, 0x5f, 0x69,
+	0x64, 0x65, 0x6e, 0x74, 0x69, 0x74, 0x79, 0x18, 0x05, 0x20, 0x01, 0x28, 0x09, 0x52, 0x10, 0x74,
+	0x72, 0x61, 0x6e, 0x73, 0x66, 0x65, 0x72, 0x49, 0x64, 0x65, 0x6e, 0x74, 0x69, 0x74, 0x79, 0x22,
 	0x4b, 0x0a, 0x04, 0x4a, 0x6f, 0x69, 0x6e, 0x12, 0x16, 0x0a, 0x06, 0x74, 0x69, 0x63, 0x6b, 0x65,
 	0x74, 0x18, 0x01, 0x20, 0x01, 0x28, 0x0c, 0x52, 0x06, 0x74, 0x69, 0x63, 0x6b, 0x65, 0x74, 0x12,
 	0x2b, 0x0a, 0x11, 0x6f, 0x77, 0x6e, 0x65, 0x72, 0x5f, 0x63, 0x65, 0x72, 0x74, 0x69, 0x66, 0x69,
@@ -1006,36 +1126,38 @@ func file_enrolment_proto_rawDescGZIP() []byte {
 }
 
 var file_enrolment_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_enrolment_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_enrolment_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_enrolment_proto_goTypes = []interface{}{
 	(Role)(0),          // 0: borough.enrolment.Role
 	(StoragePolicy)(0), // 1: borough.enrolment.StoragePolicy
 	(*Config)(nil),     // 2: borough.enrolment.Config
 	(*Bootstrap)(nil),  // 3: borough.enrolment.Bootstrap
-	(*Join)(nil),       // 4: borough.enrolment.Join
-	(*Ticket)(nil),     // 5: borough.enrolment.Ticket
-	(*Network)(nil),    // 6: borough.enrolment.Network
-	(*Interface)(nil),  // 7: borough.enrolment.Interface
-	(*DHCP)(nil),       // 8: borough.enrolment.DHCP
-	(*Static)(nil),     // 9: borough.enrolment.Static
+	(*Restore)(nil),    // 4: borough.enrolment.Restore
+	(*Join)(nil),       // 5: borough.enrolment.Join
+	(*Ticket)(nil),     // 6: borough.enrolment.Ticket
+	(*Network)(nil),    // 7: borough.enrolment.Network
+	(*Interface)(nil),  // 8: borough.enrolment.Interface
+	(*DHCP)(nil),       // 9: borough.enrolment.DHCP
+	(*Static)(nil),     // 10: borough.enrolment.Static
 }
 var file_enrolment_proto_depIdxs = []int32{
 	3,  // 0: borough.enrolment.Config.bootstrap:type_name -> borough.enrolment.Bootstrap
-	4,  // 1: borough.enrolment.Config.join:type_name -> borough.enrolment.Join
-	6,  // 2: borough.enrolment.Config.network:type_name -> borough.enrolment.Network
+	5,  // 1: borough.enrolment.Config.join:type_name -> borough.enrolment.Join
+	7,  // 2: borough.enrolment.Config.network:type_name -> borough.enrolment.Network
 	1,  // 3: borough.enrolment.Config.storage_policy:type_name -> borough.enrolment.StoragePolicy
-	0,  // 4: borough.enrolment.Ticket.role:type_name -> borough.enrolment.Role
-	1,  // 5: borough.enrolment.Ticket.storage_policy:type_name -> borough.enrolment.StoragePolicy
-	8,  // 6: borough.enrolment.Network.dhcp:type_name -> borough.enrolment.DHCP
-	9,  // 7: borough.enrolment.Network.static:type_name -> borough.enrolment.Static
-	7,  // 8: borough.enrolment.Network.interfaces:type_name -> borough.enrolment.Interface
-	8,  // 9: borough.enrolment.Interface.dhcp:type_name -> borough.enrolment.DHCP
-	9,  // 10: borough.enrolment.Interface.static:type_name -> borough.enrolment.Static
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 4: borough.enrolment.Bootstrap.restore:type_name -> borough.enrolment.Restore
+	0,  // 5: borough.enrolment.Ticket.role:type_name -> borough.enrolment.Role
+	1,  // 6: borough.enrolment.Ticket.storage_policy:type_name -> borough.enrolment.StoragePolicy
+	9,  // 7: borough.enrolment.Network.dhcp:type_name -> borough.enrolment.DHCP
+	10, // 8: borough.enrolment.Network.static:type_name -> borough.enrolment.Static
+	8,  // 9: borough.enrolment.Network.interfaces:type_name -> borough.enrolment.Interface
+	9,  // 10: borough.enrolment.Interface.dhcp:type_name -> borough.enrolment.DHCP
+	10, // 11: borough.enrolment.Interface.static:type_name -> borough.enrolment.Static
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_enrolment_proto_init() }
@@ -1069,7 +1191,7 @@ func file_enrolment_proto_init() {
 			}
 		}
 		file_enrolment_proto_msgTypes[2].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*Join); i {
+			switch v := v.(*Restore); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1081,7 +1203,7 @@ func file_enrolment_proto_init() {
 			}
 		}
 		file_enrolment_proto_msgTypes[3].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*Ticket); i {
+			switch v := v.(*Join); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1093,7 +1215,7 @@ func file_enrolment_proto_init() {
 			}
 		}
 		file_enrolment_proto_msgTypes[4].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*Network); i {
+			switch v := v.(*Ticket); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1105,7 +1227,7 @@ func file_enrolment_proto_init() {
 			}
 		}
 		file_enrolment_proto_msgTypes[5].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*Interface); i {
+			switch v := v.(*Network); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1117,7 +1239,7 @@ func file_enrolment_proto_init() {
 			}
 		}
 		file_enrolment_proto_msgTypes[6].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*DHCP); i {
+			switch v := v.(*Interface); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -1129,6 +1251,18 @@ func file_enrolment_proto_init() {
 			}
 		}
 		file_enrolment_proto_msgTypes[7].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*DHCP); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_enrolment_proto_msgTypes[8].Exporter = func(v interface{}, i int) interface{} {
 			switch v := v.(*Static); i {
 			case 0:
 				return &v.state
@@ -1145,11 +1279,11 @@ func file_enrolment_proto_init() {
 		(*Config_Bootstrap)(nil),
 		(*Config_Join)(nil),
 	}
-	file_enrolment_proto_msgTypes[4].OneofWrappers = []interface{}{
+	file_enrolment_proto_msgTypes[5].OneofWrappers = []interface{}{
 		(*Network_Dhcp)(nil),
 		(*Network_Static)(nil),
 	}
-	file_enrolment_proto_msgTypes[5].OneofWrappers = []interface{}{
+	file_enrolment_proto_msgTypes[6].OneofWrappers = []interface{}{
 		(*Interface_Dhcp)(nil),
 		(*Interface_Static)(nil),
 	}
@@ -1159,7 +1293,7 @@ func file_enrolment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_enrolment_proto_rawDesc,
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

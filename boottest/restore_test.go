@@ -1,0 +1,138 @@
+//go:build boot
+
+package boottest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/qemu"
+	"github.com/borough-os/borough/qemu/multinode"
+)
+
+// restoreFromBackup plays the worst day: the owner backs the cluster up
+// under writes, then every node loses power for good. A fresh node
+// restores the backup (`enrolment bootstrap --restore`, `node restore`),
+// with damaged copies refused first, before anything is written: it runs
+// a cluster of a new ID with every key written before the backup and none
+// after, the old nodes' records tombstones; and a new node joins it with a
+// new ticket.
+func (m *multi) restoreFromBackup(t *testing.T) {
+	nodes := m.c.Nodes[:3]
+	cl := m.client(t, nodes...)
+	ctx := timeout(t, 10*time.Minute)
+	if _, err := cl.Put(ctx, "restore/before", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	dir := m.t.TempDir()
+	path := filepath.Join(dir, "multi.backup")
+	w := startWriter(t, cl)
+	cli(t, "--config", m.config, "cluster", "backup", nodes[1].Endpoint(), "--fingerprint", m.c.Fingerprint, "--out", path)
+	w.stop()
+	if _, err := cl.Put(ctx, "restore/after", "lost"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := cl.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldID := list.Header.ClusterId
+	for _, n := range m.c.Nodes {
+		if n.VM != nil {
+			n.VM.Kill()
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	damaged := path + ".damaged"
+	if err := os.WriteFile(damaged, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := m.c.AddNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "restore.pb")
+	contains(t, "enrolment bootstrap --restore of a damaged backup",
+		cliFails(t, append([]string{"--config", m.config, "enrolment", "bootstrap", "--restore", damaged, "--out", cfg}, links(r)...)...),
+		"damaged or truncated")
+	if _, err := os.Stat(cfg); err == nil {
+		t.Errorf("enrolment bootstrap wrote %s from a damaged backup", cfg)
+	}
+	contains(t, "enrolment bootstrap --restore",
+		cli(t, append([]string{"--config", m.config, "enrolment", "bootstrap", "--restore", path, "--out", cfg}, links(r)...)...),
+		"the node restores cluster multi from "+path)
+	if err := m.c.Start(ctx, r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, r.VM, bootTimeout, "borough: waiting for the owner to send the backup to restore")
+	contains(t, "node restore of a damaged backup",
+		cliFails(t, "--config", m.config, "node", "restore", r.API(), damaged, "--enrolment", cfg), "damaged or truncated")
+	out := cli(t, "--config", m.config, "node", "restore", r.API(), path, "--enrolment", cfg)
+	t.Log(out)
+	contains(t, "node restore", out, "took the backup of cluster multi", "runs cluster multi")
+	if err := m.c.WaitRunning(r); err != nil {
+		t.Fatal(err)
+	}
+	rc := m.client(t, r)
+	m.checkRestored(t, ctx, rc, oldID, list.Members)
+
+	j, err := m.c.AddNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, jcfg := filepath.Join(dir, "ticket.pb"), filepath.Join(dir, "join.pb")
+	cli(t, "--config", m.config, "cluster", "ticket", r.Endpoint(), "--fingerprint", m.c.Fingerprint, "--out", tk)
+	cli(t, append([]string{"--config", m.config, "enrolment", "join", "--ticket", tk, "--out", jcfg}, links(j)...)...)
+	if err := m.c.Start(ctx, j, jcfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.c.WaitRunning(j); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rc.Get(ctx, "restore/before"); err != nil || len(got.Kvs) != 1 {
+		t.Errorf("restore/before after a node joined the restored cluster: %v, %v", got, err)
+	}
+}
+
+// checkRestored checks the cluster rc reaches is the backup's, restored:
+// a new cluster ID, not oldID; the key written before the backup and not
+// the one after; old, the backed-up members, tombstones.
+func (m *multi) checkRestored(t *testing.T, ctx context.Context, rc *clientv3.Client, oldID uint64, old []*etcdserverpb.Member) {
+	t.Helper()
+	list, err := rc.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.Header.ClusterId == oldID || len(list.Members) != 1 {
+		t.Errorf("the restored cluster is %x with %d members; the backed-up one was %x", list.Header.ClusterId, len(list.Members), oldID)
+	}
+	for key, want := range map[string]int{"restore/before": 1, "restore/after": 0} {
+		if got, err := rc.Get(ctx, key); err != nil || len(got.Kvs) != want {
+			t.Errorf("%s in the restored cluster: %v, %v; want %d", key, got, err, want)
+		}
+	}
+	for _, o := range old {
+		rec, err := keyspace.ReadNode(ctx, rc, o.Name)
+		if err != nil || !rec.Removed {
+			t.Errorf("%s's record in the restored cluster: %+v, %v; want a tombstone", o.Name, rec, err)
+		}
+	}
+}
+
+// links are the enrolment flags of n's two links, as the launcher sets
+// them (multinode.Cluster.network).
+func links(n *multinode.Node) []string {
+	return []string{"--link", "mac=" + qemu.UserMAC + ",dhcp", "--link", "mac=" + n.MAC() + ",address=" + n.LAN.String() + "/24,advertise"}
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/backup"
+	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+)
+
+// restoreWait is how often `node restore` looks whether the node runs.
+const restoreWait = 2 * time.Second
+
+func nodeRestoreCommand() *cobra.Command {
+	var config string
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "restore NODE BACKUP",
+		Short: "Send the backup a first node waits for, to its node API at NODE (HOST:PORT), and wait until it runs",
+		Long: `restore sends BACKUP (borough cluster backup) to the node whose enrolment
+config (--enrolment, from 'borough enrolment bootstrap --restore BACKUP')
+names it, and waits until the node runs the restored cluster. The backup
+is decrypted here with your owner key and travels encrypted to the
+config's transfer key, which only that node holds: the node has no
+certificate of its cluster yet, so its node API is not checked against
+one, and a machine that is not the node gets nothing it can open. The node
+checks the backup against its config before it writes anything.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return sendBackup(cmd.OutOrStdout(), args[0], args[1], config, timeout)
+		},
+	}
+	c.Flags().StringVar(&config, "enrolment", "", "the node's enrolment config, which names the backup (required)")
+	c.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long sending and restoring may take")
+	c.MarkFlagRequired("enrolment")
+	return c
+}
+
+// sendBackup sends the backup at path to the node API at node, resealed
+// to the transfer key of the enrolment config at config, and waits until
+// the node runs.
+func sendBackup(stdout io.Writer, node, path, config string, timeout time.Duration) error {
+	restore, err := restoreOf(config)
+	if err != nil {
+		return err
+	}
+	key, err := ownerBackupKey()
+	if err != nil {
+		return err
+	}
+	kp, err := ownerKeyPair()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(backup.Reseal(pw, in, key, restore.Transfer.Recipient())) }()
+	c := &nodeapi.Client{Addr: node, Owner: kp, Unverified: true}
+	start := time.Now()
+	fmt.Fprintf(stdout, "sending %s to %s\n", path, node)
+	resp, err := c.Restore(ctx, pr)
+	pr.Close()
+	if err != nil {
+		return fmt.Errorf("restoring %s on %s: %w", path, node, err)
+	}
+	fmt.Fprintf(stdout, "%s took the backup of cluster %s (revision %d) in %.1f s; restoring it\n",
+		node, resp.GetCluster(), resp.GetRevision(), time.Since(start).Seconds())
+	return awaitRunning(ctx, stdout, c, start)
+}
+
+// restoreOf is the restore the enrolment config at path names.
+func restoreOf(path string) (*enrolment.Restore, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cfg enrolmentpb.Config
+	if err := proto.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("--enrolment %s: not an enrolment config: %w", path, err)
+	}
+	e, err := enrolment.Check(&cfg, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("--enrolment %s: %w", path, err)
+	}
+	if e.Restore == nil || e.Restore.Transfer == nil {
+		return nil, fmt.Errorf("--enrolment %s names no backup to restore (make one with enrolment bootstrap --restore)", path)
+	}
+	return e.Restore, nil
+}
+
+// awaitRunning waits until the node c calls runs, saying so.
+func awaitRunning(ctx context.Context, stdout io.Writer, c *nodeapi.Client, start time.Time) error {
+	for {
+		info, err := c.Info(ctx)
+		switch {
+		case err == nil && info.GetState() == string(cluster.StateRunning):
+			fmt.Fprintf(stdout, "%s runs cluster %s as %s, %.1f s after the backup was sent; join others with borough cluster ticket\n",
+				c.Addr, info.GetCluster(), info.GetMember(), time.Since(start).Seconds())
+			return nil
+		case err == nil && info.GetState() == string(cluster.StateFailed):
+			return fmt.Errorf("%s failed restoring: %s", c.Addr, info.GetFailure())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s does not run the restored cluster yet (last: %v): %w", c.Addr, err, ctx.Err())
+		case <-time.After(restoreWait):
+		}
+	}
+}

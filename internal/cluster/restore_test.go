@@ -1,0 +1,191 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/backup"
+	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/join"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/enrolmentpb"
+)
+
+// TestRestoreInProcess backs a one-member cluster up and restores the
+// backup on a new first node: a backup sent to a node that waits for
+// none, sealed to another transfer key, or not the config's, is refused
+// and leaves the node waiting; the config's is restored, under a new
+// cluster ID, with every key written before it, the backed-up node a
+// tombstone and its ticket unknown; and a new node joins with a new
+// ticket.
+func TestRestoreInProcess(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ownerCert, owner := ownerIdentity(t)
+	key := owner.PrivateKey.(*ecdsa.PrivateKey)
+	old := start(t, ctx, 11, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert}, "")
+	old.wait(t, "node running cluster=unit")
+	ca := readCA(t, old)
+	cl, err := admin.Connect([]string{"127.0.0.11:2379"}, ca, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := cl.Put(ctx, "app/"+k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldTicket, err := admin.MintTicket(ctx, cl, admin.TicketParams{}, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file, other bytes.Buffer
+	meta, err := admin.Backup(ctx, cl, ownerCert, &file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Put(ctx, "app/d", "after the backup"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Backup(ctx, cl, ownerCert, &other, nil); err != nil {
+		t.Fatal(err)
+	}
+	oldID := clusterID(t, ctx, cl)
+
+	transfer, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.mgr.ReceiveBackup(ctx, reseal(t, file.Bytes(), key, transfer)); !errors.Is(err, ErrNoRestore) {
+		t.Errorf("a backup sent to a running member: %v, want %v", err, ErrNoRestore)
+	}
+	caFP := pki.Fingerprint(ca)
+	n := start(t, ctx, 12, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert, Restore: &enrolment.Restore{
+		CAFingerprint: caFP, SnapshotSHA256: meta.SnapshotSHA256, SnapshotSize: meta.SnapshotSize,
+		Revision: meta.Revision, Transfer: transfer,
+	}}, "")
+	n.wait(t, "waiting for the owner to send the backup to restore")
+	for _, tc := range []struct {
+		name, want string
+		body       *bytes.Reader
+	}{
+		{"sealed to another node's transfer key", "not encrypted to this node's transfer key", reseal(t, file.Bytes(), key, stranger)},
+		// Larger, or as large (the revision's bytes vary): refused as
+		// soon as it is larger, else once whole.
+		{"a later backup than the config names", "the enrolment config names", reseal(t, other.Bytes(), key, transfer)},
+	} {
+		if _, err := n.mgr.ReceiveBackup(ctx, tc.body); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+	got, err := n.mgr.ReceiveBackup(ctx, reseal(t, file.Bytes(), key, transfer))
+	if err != nil || got.SnapshotSHA256 != meta.SnapshotSHA256 {
+		t.Fatalf("the config's backup: %+v, %v", got, err)
+	}
+	n.wait(t, "cluster restored from the owner's backup")
+	n.wait(t, "node running cluster=unit")
+
+	rc, err := admin.Connect([]string{"127.0.0.12:2379"}, ca, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if id := clusterID(t, ctx, rc); id == oldID {
+		t.Errorf("the restored cluster has the backed-up cluster's ID %x", id)
+	}
+	resp, err := rc.Get(ctx, "app/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	if strings.Join(keys, ",") != "app/a,app/b,app/c" {
+		t.Errorf("the restored cluster holds %v, want the keys written before the backup", keys)
+	}
+	rec, err := keyspace.ReadNode(ctx, rc, old.mgr.nodeName(t))
+	if err != nil || !rec.Removed {
+		t.Errorf("the backed-up node's record after the restore: %+v, %v; want a tombstone", rec, err)
+	}
+	replay := proto.Clone(oldTicket).(*enrolmentpb.Ticket)
+	replay.JoinEndpoints = []string{"127.0.0.12:7834"}
+	// The join endpoint starts beside the member: until it listens, the
+	// check finds nobody.
+	var refusal *join.Refusal
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := join.Check(ctx, replay)
+		if errors.As(err, &refusal) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a ticket of the backed-up cluster at the restored one: %v, want a refusal", err)
+		}
+	}
+	tk, err := admin.MintTicket(ctx, rc, admin.TicketParams{}, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := start(t, ctx, 13, &enrolment.Enrolment{ClusterName: "unit", Ticket: tk, Owner: ownerCert}, "")
+	j.wait(t, "node running cluster=unit")
+	cancel()
+	for _, m := range []*member{old, n, j} {
+		if err := <-m.done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("member %s: %v", m.ip, err)
+		}
+	}
+}
+
+// reseal is the backup b resealed to the transfer key to.
+func reseal(t *testing.T, b []byte, key *ecdsa.PrivateKey, to *age.X25519Identity) *bytes.Reader {
+	t.Helper()
+	var out bytes.Buffer
+	if err := backup.Reseal(&out, bytes.NewReader(b), key, to.Recipient()); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.NewReader(out.Bytes())
+}
+
+// readCA is the CA of m's cluster.
+func readCA(t *testing.T, m *member) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(m.mgr.pkiFiles().CA())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.ParseCertPEM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// clusterID is the ID of the cluster cl reaches.
+func clusterID(t *testing.T, ctx context.Context, cl *clientv3.Client) uint64 {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cl.MemberList(tctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.ClusterId
+}
