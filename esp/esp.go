@@ -58,6 +58,10 @@ const (
 	// MemberDirectory lists the cluster's members and their last peer
 	// URLs, for a node that restarts while etcd cannot yet tell it.
 	MemberDirectory File = Dir + "/members.json"
+	// DHCPLeases are the addresses DHCP last gave each link, by MAC
+	// (JSON): the node asks for them again at its next boot. They grant
+	// nothing: a server checks the request against its own leases.
+	DHCPLeases File = Dir + "/dhcp-leases.json"
 )
 
 // NodePayload is the node's software for the boot binary whose

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/cmdline"
@@ -56,7 +58,8 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	}
 	logEnrolment(log, enrol)
 	ctx := context.Background()
-	net, err := network.Up(ctx, log.With(console.ServiceKey, "network"), enrol.Interfaces)
+	net, err := network.Up(ctx, log.With(console.ServiceKey, "network"), enrol.Interfaces,
+		&network.Leases{Path: esp.DHCPLeases.In(storage.ESPRoot)})
 	if err != nil {
 		mgr.Fail(fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw)))
 		return nil, nil
@@ -94,7 +97,7 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	sealer := &seals.Sealer{Book: book}
 	ledger := openLedger(log, sealer)
 	b.updates.useLedger(ledger)
-	keys := clusterKeys(ctx, log, sealer, ledger, policy)
+	keys := clusterKeys(ctx, log, sealer, ledger, policy, net.IP)
 	if err := st.MountData(storage.Config{
 		TPM:         t,
 		Seals:       book,
@@ -234,9 +237,11 @@ func openLedger(log *slog.Logger, sealer *seals.Sealer) *espledger.Ledger {
 
 // clusterKeys returns the keeper of the node's cluster unlock key, which
 // has unsealed what it needs from the ESP and answers its peers' share
-// requests. sealer seals its keys (in clear without a TPM in use).
-func clusterKeys(ctx context.Context, log *slog.Logger, sealer *seals.Sealer, ledger *espledger.Ledger, policy keyfile.TPMPolicy) *clusterkey.Keeper {
+// requests. sealer seals its keys (in clear without a TPM in use); ip is
+// the node's address on this boot.
+func clusterKeys(ctx context.Context, log *slog.Logger, sealer *seals.Sealer, ledger *espledger.Ledger, policy keyfile.TPMPolicy, ip netip.Addr) *clusterkey.Keeper {
 	keys := &clusterkey.Keeper{
+		IP:      ip,
 		ESPRoot: storage.ESPRoot,
 		Ledger:  ledger,
 		Local:   storage.LocalEscrow(storage.ESPRoot, policy, sealer.Book),

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"log/slog"
 	"math/big"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -160,4 +161,38 @@ func mustCRL(t *testing.T, ca *pki.CA, number int64, revoked []*big.Int, now tim
 		t.Fatal(err)
 	}
 	return der
+}
+
+// TestSayIfMoved: a node whose address is not the one its peers know
+// says so, by name, with what to do; one at its address, or without an
+// address of its own in the directory, says nothing.
+func TestSayIfMoved(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ip   string
+		want string
+	}{
+		{"moved", "10.0.0.9", "this node, node-0a1b2c3d, was at 10.0.0.1 and is now at 10.0.0.9"},
+		{"where it was", "10.0.0.1", ""},
+		{"not in the directory", "10.0.0.9", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, root, esp.NodeState, []byte(`{"version":1,"phase":"member","cluster":"prod","node":"node-0a1b2c3d"}`))
+			var log strings.Builder
+			k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Log: slog.New(slog.NewTextHandler(&log, nil)),
+				IP: netip.MustParseAddr(tc.ip)}
+			members := map[string][]string{"node-00000002": {"https://10.0.0.2:2380"}}
+			if tc.name != "not in the directory" {
+				members["node-0a1b2c3d"] = []string{"https://10.0.0.1:2380"}
+			}
+			k.sayIfMoved(Responders(members))
+			switch {
+			case tc.want == "" && log.Len() > 0:
+				t.Errorf("said %q", log.String())
+			case tc.want != "" && (!strings.Contains(log.String(), tc.want) || !strings.Contains(log.String(), "give each node its previous address back")):
+				t.Errorf("said %q, want %q and what to do", log.String(), tc.want)
+			}
+		})
+	}
 }

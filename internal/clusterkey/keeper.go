@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -49,6 +50,9 @@ type Keeper struct {
 	// OwnerRecovery makes Maintain seal the node's unlock keys to the
 	// cluster owner's key, when there is an owner.
 	OwnerRecovery bool
+	// IP is the node's address in the cluster on this boot, which Get
+	// compares with the one its peers know.
+	IP netip.Addr
 
 	mu sync.Mutex
 	// cuk is the CUK once storage made or got it: Maintain splits it.
@@ -278,6 +282,7 @@ func (k *Keeper) Get() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	k.sayIfMoved(addrs)
 	k.Log.Info("asking peers for the cluster unlock key", "needed", e.K, "holders", len(e.Envelopes))
 	cuk, err := unlock.Fetch(context.Background(), k.Log, *k.id, e, addrs)
 	if err != nil {
@@ -379,6 +384,27 @@ func (k *Keeper) peerAddresses() (map[string]string, error) {
 		return nil, fmt.Errorf("%s: %w", esp.MemberDirectory, err)
 	}
 	return Responders(d.Members), nil
+}
+
+// sayIfMoved says, if the node's address is not the one the member
+// directory gives its peers (addrs, by name), what that means for a
+// cold restart and what to do: peers find each other's shares, and etcd
+// its quorum, at the addresses they last knew, so a cluster most of
+// whose nodes moved while it was down stays locked.
+func (k *Keeper) sayIfMoved(addrs map[string]string) {
+	rec, err := readRecord(k.Ledger)
+	if err != nil || !k.IP.IsValid() {
+		return
+	}
+	host, _, err := net.SplitHostPort(addrs[rec.Node])
+	if err != nil || host == k.IP.String() {
+		return
+	}
+	k.Log.Warn(fmt.Sprintf("this node, %s, was at %s and is now at %s: its peers look for it at %s, for its shares of "+
+		"their unlock keys and for etcd's quorum, and will find it once the cluster runs; if most of the cluster's "+
+		"nodes moved while it was down, none finds the others and none unlocks: give each node its previous address "+
+		"back (a DHCP reservation for its MAC or client identifier, or a static address in its enrolment config) "+
+		"and power them up again", rec.Node, host, k.IP, host), "node", rec.Node, "was", host, "now", k.IP)
 }
 
 // Responders turns members' peer URLs (by name) into the addresses of

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/vishvananda/netlink"
 )
@@ -33,9 +34,17 @@ type dhcpLink struct {
 	ip  netip.Addr
 	// advertised says the link's address is the node's in the cluster.
 	advertised bool
+	// leases remember the link's last address, to ask for again.
+	leases *Leases
 }
 
-// start gets a first lease and applies it.
+// rebootWait bounds the wait for an answer to INIT-REBOOT's request: a
+// server that knows nothing of the address may stay silent (RFC 2131
+// 4.3.2), and the node then asks as a new client.
+const rebootWait = 2 * time.Second
+
+// start gets a first lease, the link's previous address if the server
+// gives it back, and applies it.
 func (d *dhcpLink) start(ctx context.Context) (netip.Addr, []netip.Addr, error) {
 	name := d.link.Attrs().Name
 	c, err := nclient4.New(name)
@@ -43,11 +52,70 @@ func (d *dhcpLink) start(ctx context.Context) (netip.Addr, []netip.Addr, error) 
 		return netip.Addr{}, nil, fmt.Errorf("starting DHCP on %s: %w", name, err)
 	}
 	d.client = c
-	lease, err := c.Request(ctx)
-	if err != nil {
-		return netip.Addr{}, nil, fmt.Errorf("DHCP on %s: %w", name, err)
+	lease, err := d.reboot(ctx)
+	if lease == nil {
+		if err != nil {
+			d.log.Warn("DHCP did not give this link its previous address back; asking for any", "err", err)
+		}
+		if lease, err = c.Request(ctx, d.identified()...); err != nil {
+			return netip.Addr{}, nil, fmt.Errorf("DHCP on %s: %w", name, err)
+		}
 	}
 	return d.apply(lease)
+}
+
+// identified are the modifiers of every message the link sends: its
+// client identifier.
+func (d *dhcpLink) identified() []dhcpv4.Modifier {
+	return []dhcpv4.Modifier{dhcpv4.WithOption(dhcpv4.OptClientIdentifier(clientID(d.link.Attrs().HardwareAddr)))}
+}
+
+// clientID is a link's DHCP client identifier (RFC 4361): type 255, an
+// IAID (the MAC's last four bytes) and a DUID-LL of the MAC. It is the
+// link's for good, so a server that keys its leases by client identifier
+// finds the node's lease at every boot, as one keyed by MAC does.
+func clientID(mac net.HardwareAddr) []byte {
+	id := []byte{255}
+	iaid := make([]byte, 4)
+	copy(iaid[max(0, 4-len(mac)):], mac[max(0, len(mac)-4):])
+	id = append(id, iaid...)
+	id = append(id, 0, 3, 0, 1) // DUID-LL, Ethernet
+	return append(id, mac...)
+}
+
+// reboot asks for the link's previous address, if it has one, as RFC
+// 2131's INIT-REBOOT does: one broadcast request naming it, no server.
+// It returns no lease, and why if there is a reason to say, when the
+// server refuses it or does not answer within rebootWait.
+func (d *dhcpLink) reboot(ctx context.Context) (*nclient4.Lease, error) {
+	mac := d.link.Attrs().HardwareAddr
+	prev, err := d.leases.previous(mac)
+	if err != nil || !prev.IsValid() {
+		return nil, err
+	}
+	req, err := dhcpv4.New(append([]dhcpv4.Modifier{
+		dhcpv4.WithHwAddr(mac),
+		dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+		dhcpv4.WithBroadcast(true),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(prev.AsSlice())),
+		dhcpv4.WithOption(dhcpv4.OptMaxMessageSize(nclient4.MaxMessageSize)),
+		dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter, dhcpv4.OptionDomainName, dhcpv4.OptionDomainNameServer),
+	}, d.identified()...)...)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, rebootWait)
+	defer cancel()
+	resp, err := d.client.SendAndRead(rctx, nclient4.DefaultServers, req,
+		nclient4.IsMessageType(dhcpv4.MessageTypeAck, dhcpv4.MessageTypeNak))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("asking for %s again: %w", prev, err)
+	case resp.MessageType() == dhcpv4.MessageTypeNak:
+		return nil, fmt.Errorf("the server refused %s: %s", prev, resp.Message())
+	}
+	d.log.Info("DHCP gave this link its previous address back", "address", prev)
+	return &nclient4.Lease{Offer: resp, ACK: resp, CreationTime: time.Now()}, nil
 }
 
 func (d *dhcpLink) close() {
@@ -91,17 +159,17 @@ func (d *dhcpLink) run(ctx context.Context) error {
 		switch age := now.Sub(d.got); {
 		case age < t1:
 			wait = t1 - age
-			attempt = func() (*nclient4.Lease, error) { return d.client.Renew(ctx, d.lease) }
+			attempt = func() (*nclient4.Lease, error) { return d.client.Renew(ctx, d.lease, d.identified()...) }
 		case age < t2:
 			wait = retryAfter(now, d.got.Add(t2))
-			attempt = func() (*nclient4.Lease, error) { return d.client.Renew(ctx, d.lease) }
+			attempt = func() (*nclient4.Lease, error) { return d.client.Renew(ctx, d.lease, d.identified()...) }
 		case age < expiry:
 			wait = retryAfter(now, d.got.Add(expiry))
-			attempt = func() (*nclient4.Lease, error) { return d.client.Request(ctx) }
+			attempt = func() (*nclient4.Lease, error) { return d.client.Request(ctx, d.identified()...) }
 		default:
 			d.expire()
 			wait = minRetry
-			attempt = func() (*nclient4.Lease, error) { return d.client.Request(ctx) }
+			attempt = func() (*nclient4.Lease, error) { return d.client.Request(ctx, d.identified()...) }
 		}
 		select {
 		case <-ctx.Done():
@@ -174,6 +242,9 @@ func (d *dhcpLink) apply(lease *nclient4.Lease) (netip.Addr, []netip.Addr, error
 	d.lease, d.got, d.ip = lease, time.Now(), ip
 	if first {
 		d.log.Info("network configured", "address", addr.IPNet.String(), "method", "dhcp", "lease", expiry)
+	}
+	if err := d.leases.remember(d.link.Attrs().HardwareAddr, ip); err != nil {
+		d.log.Warn("the next boot will not ask for this address again", "err", err)
 	}
 	return ip, dns, nil
 }

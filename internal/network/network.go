@@ -11,7 +11,9 @@
 // DHCP is github.com/insomniacslk/dhcp's nclient4 and links, addresses and
 // routes are set through netlink (github.com/vishvananda/netlink), both
 // already in u-root's dependency tree; /etc/resolv.conf is written here.
-// Lease timing (renewal at T1, rebinding at T2, expiry) is in dhcp.go.
+// Lease timing (renewal at T1, rebinding at T2, expiry) is in dhcp.go;
+// each link asks for its previous address first (leases.go), with a
+// client identifier of its own for good.
 package network
 
 import (
@@ -45,6 +47,8 @@ type Network struct {
 	IP    netip.Addr
 	log   *slog.Logger
 	links []*link
+	// leases remember what DHCP gave each link (nil: nothing).
+	leases *Leases
 }
 
 // link is one configured link.
@@ -72,7 +76,7 @@ func (n *Network) NTPServers() []string {
 
 // Up configures every interface and returns once each has an address.
 // With no interfaces, it runs DHCP on the first link that comes up.
-func Up(ctx context.Context, log *slog.Logger, ifaces []enrolment.Interface) (*Network, error) {
+func Up(ctx context.Context, log *slog.Logger, ifaces []enrolment.Interface, leases *Leases) (*Network, error) {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return nil, fmt.Errorf("finding loopback: %w", err)
@@ -83,7 +87,7 @@ func Up(ctx context.Context, log *slog.Logger, ifaces []enrolment.Interface) (*N
 	if len(ifaces) == 0 {
 		ifaces = []enrolment.Interface{{Advertise: true}}
 	}
-	n := &Network{log: log}
+	n := &Network{log: log, leases: leases}
 	var dns []netip.Addr
 	for _, ifc := range ifaces {
 		l, ip, servers, err := n.configure(ctx, ifc)
@@ -121,7 +125,7 @@ func (n *Network) configure(ctx context.Context, ifc enrolment.Interface) (*link
 			"advertised", ifc.Advertise)
 		return l, ip, ifc.Static.DNS, nil
 	}
-	l.dhcp = &dhcpLink{link: nl, log: n.log.With("link", l.name), advertised: ifc.Advertise}
+	l.dhcp = &dhcpLink{link: nl, log: n.log.With("link", l.name), advertised: ifc.Advertise, leases: n.leases}
 	ip, dns, err := l.dhcp.start(ctx)
 	if err != nil {
 		return nil, ip, nil, err
