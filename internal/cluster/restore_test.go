@@ -155,7 +155,7 @@ func TestRestoreInProcess(t *testing.T) {
 }
 
 // reseal is the backup b resealed to the transfer key to.
-func reseal(t *testing.T, b []byte, key *ecdsa.PrivateKey, to *age.X25519Identity) *bytes.Reader {
+func reseal(t testing.TB, b []byte, key *ecdsa.PrivateKey, to *age.X25519Identity) *bytes.Reader {
 	t.Helper()
 	var out bytes.Buffer
 	if err := backup.Reseal(&out, bytes.NewReader(b), key, to.Recipient()); err != nil {
@@ -165,7 +165,7 @@ func reseal(t *testing.T, b []byte, key *ecdsa.PrivateKey, to *age.X25519Identit
 }
 
 // readCA is the CA of m's cluster.
-func readCA(t *testing.T, m *member) *x509.Certificate {
+func readCA(t testing.TB, m *member) *x509.Certificate {
 	t.Helper()
 	b, err := os.ReadFile(m.mgr.pkiFiles().CA())
 	if err != nil {
@@ -179,7 +179,7 @@ func readCA(t *testing.T, m *member) *x509.Certificate {
 }
 
 // clusterID is the ID of the cluster cl reaches.
-func clusterID(t *testing.T, ctx context.Context, cl *clientv3.Client) uint64 {
+func clusterID(t testing.TB, ctx context.Context, cl *clientv3.Client) uint64 {
 	t.Helper()
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
