@@ -54,6 +54,7 @@ func TestMultiNode(t *testing.T) {
 	t.Run("revocation", m.revocation)
 	t.Run("rolling update under writes", m.rollingUpdate)
 	t.Run("restore from a backup", m.restoreFromBackup)
+	t.Run("reset a member", m.resetMember)
 }
 
 // launch launches a cluster owned by the owner whose config directory
@@ -104,6 +105,9 @@ type multi struct {
 	// backup is the cluster's backup "backup under writes" made, for
 	// later cases to try.
 	backup string
+	// restored is the first node of the cluster "restore from a backup"
+	// made, and rejoined the node that joined it.
+	restored, rejoined *multinode.Node
 }
 
 func (m *multi) owner(t *testing.T) tls.Certificate {

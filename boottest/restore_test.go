@@ -4,6 +4,8 @@ package boottest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,6 +14,9 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/crypt"
+	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/qemu"
 	"github.com/borough-os/borough/qemu/multinode"
@@ -103,6 +108,66 @@ func (m *multi) restoreFromBackup(t *testing.T) {
 	}
 	if got, err := rc.Get(ctx, "restore/before"); err != nil || len(got.Kvs) != 1 {
 		t.Errorf("restore/before after a node joined the restored cluster: %v, %v", got, err)
+	}
+	m.restored, m.rejoined = r, j
+}
+
+// resetMember resets the node that joined the restored cluster with
+// `borough node reset`, which refuses the cluster's last voter and a
+// member without the cluster to remove it from: it leaves the cluster,
+// erases itself at a reboot
+// and comes back to its first boot, where its old config (still in its
+// fw_cfg) is refused, its ticket spent; the owner's escrowed keys of its
+// old volume no longer open it; and it joins again with a new ticket.
+func (m *multi) resetMember(t *testing.T) {
+	r, j := m.restored, m.rejoined
+	if r == nil || j == nil {
+		t.Fatal("the restore case left no cluster to reset a member of")
+	}
+	var old escrow.OwnerRecovery
+	if err := json.Unmarshal(espCopy(t, j, esp.OwnerRecovery)[esp.OwnerRecovery], &old); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "node reset of the last voter", cliFails(t, "--config", m.config, "node", "reset", r.API(),
+		"--cluster", r.Endpoint(), "--fingerprint", m.c.Fingerprint), "is the last voter of its cluster")
+	contains(t, "node reset of a member, without its cluster", cliFails(t, "--config", m.config, "node", "reset", j.API(),
+		"--fingerprint", m.c.Fingerprint), "give --cluster")
+	out := cli(t, "--config", m.config, "node", "reset", j.API(), "--cluster", r.Endpoint(), "--fingerprint", m.c.Fingerprint)
+	t.Log(out)
+	contains(t, "node reset", out, "removed member "+j.Name, "left its cluster", "erases itself")
+	// The first boot after the reset checks its config's ticket before it
+	// touches the data partition, and the cluster refuses it.
+	expect(t, j.VM, bootTimeout, "borough: reset: zeroed the data volume's header",
+		"borough: reset: the node is erased; rebooting into its first boot", "borough: node failed:",
+		"borough: power: watching power button")
+	if err := j.VM.PowerOff(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+	luk, cuk, err := old.Open(m.owner(t).PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch state, h, err := crypt.Probe(dataSection(t, j.Disk())); {
+	case err != nil:
+		t.Fatal(err)
+	case state == crypt.StateEmpty:
+		// The header, and the salt of the volume key with it, is gone.
+	case state != crypt.StateFormatted:
+		t.Errorf("the reset node's data partition is %v", state)
+	default:
+		if _, err := h.VolumeKey(luk, cuk); err == nil {
+			t.Error("the owner's escrowed keys of the node's old volume open the volume after its reset")
+		}
+	}
+	dir := m.t.TempDir()
+	tk, cfg := filepath.Join(dir, "ticket.pb"), filepath.Join(dir, "join.pb")
+	cli(t, "--config", m.config, "cluster", "ticket", r.Endpoint(), "--fingerprint", m.c.Fingerprint, "--out", tk)
+	cli(t, append([]string{"--config", m.config, "enrolment", "join", "--ticket", tk, "--out", cfg}, links(j)...)...)
+	if err := m.c.Start(context.Background(), j, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.c.WaitRunning(j); err != nil {
+		t.Fatal(err)
 	}
 }
 

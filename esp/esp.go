@@ -62,6 +62,9 @@ const (
 	// (JSON): the node asks for them again at its next boot. They grant
 	// nothing: a server checks the request against its own leases.
 	DHCPLeases File = Dir + "/dhcp-leases.json"
+	// ResetRequest says the owner asked the node to erase itself and come
+	// back to its first boot (package reset); it goes once that is done.
+	ResetRequest File = Dir + "/reset-requested"
 )
 
 // NodePayload is the node's software for the boot binary whose

@@ -19,6 +19,7 @@ import (
 	"github.com/borough-os/borough/internal/logtree"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pid1"
+	"github.com/borough-os/borough/internal/reset"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/timeline"
@@ -95,6 +96,15 @@ func apiService(current *atomic.Pointer[enrolment.Enrolment], mgr *cluster.Manag
 		Info: func() *nodepb.Info { return about.info(mgr.Status(), current.Load().ClusterName) },
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
 			return about.updates.install(req, owner())
+		},
+		Reset: func(force bool) error {
+			switch st := mgr.Status(); {
+			case force:
+			case st.State == cluster.StateRunning, st.State == cluster.StateRestarting, st.State == cluster.StateJoining:
+				return fmt.Errorf("the node is member %s of cluster %s (%s): remove it from the cluster first "+
+					"(borough node reset does, given --cluster), or force the reset", st.Member, st.Cluster, st.State)
+			}
+			return reset.Request(storage.ESPRoot)
 		},
 		Restore: func(ctx context.Context, r io.Reader) (*nodepb.RestoreResponse, error) {
 			m, err := mgr.ReceiveBackup(ctx, r)

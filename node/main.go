@@ -35,6 +35,7 @@ import (
 	"github.com/borough-os/borough/internal/entropy"
 	"github.com/borough-os/borough/internal/hardware"
 	"github.com/borough-os/borough/internal/pid1"
+	"github.com/borough-os/borough/internal/reset"
 	"github.com/borough-os/borough/internal/secureboot"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
@@ -102,6 +103,13 @@ func node() int {
 	t, err := openTPM(log)
 	if err != nil {
 		return fatal(log, err)
+	}
+	if reset.Requested(storage.ESPRoot) {
+		if err := reset.Erase(log.With(console.ServiceKey, "reset"), st.Disk.Data, storage.ESPRoot, t); err != nil {
+			return fatal(log, err)
+		}
+		log.Info("reset: the node is erased; rebooting into its first boot")
+		return closeAndExit(log, st, pid1.ExitReboot)
 	}
 	seedEntropy(log.With(console.ServiceKey, "entropy"), t, tl)
 	requests := make(chan int, 1)

@@ -9,15 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-tpm-tools/simulator"
-	"github.com/google/go-tpm/tpm2/transport"
-
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/tpm"
+	"github.com/borough-os/borough/internal/tpmtest"
 )
 
 // TestOldSealedKeyPutBack plays test (c) of the offline attacker: a copy
@@ -25,12 +23,7 @@ import (
 // back on the ESP. The node must not open alone with it: it refuses the
 // file, erases it, and goes to its peers.
 func TestOldSealedKeyPutBack(t *testing.T) {
-	sim, err := simulator.GetWithFixedSeedInsecure(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	tp := tpm.New(transport.FromReadWriteCloser(sim))
+	tp := tpmtest.New(t, 3)
 	epoch, err := tp.Epoch()
 	if err != nil {
 		t.Fatal(err)

@@ -172,6 +172,12 @@ func (c *Client) Update(ctx context.Context, req *nodepb.UpdateRequest) (*nodepb
 	return &resp, c.unary(ctx, pathUpdate, req, &resp)
 }
 
+// Reset asks the node to erase itself at a reboot it starts at once and
+// come back to its first boot; force resets a node still in its cluster.
+func (c *Client) Reset(ctx context.Context, force bool) error {
+	return c.unary(ctx, pathReset, &nodepb.ResetRequest{Force: force}, &nodepb.ResetResponse{})
+}
+
 // Restore sends a first node the backup it waits for, resealed to its
 // transfer key (backup.Reseal), from body; the node answers once it has
 // checked the backup, and restores it after. No timeout but ctx's: a

@@ -49,6 +49,7 @@ const (
 	pathPower   = "/v1/power"
 	pathUpdate  = "/v1/update"
 	pathRestore = "/v1/restore"
+	pathReset   = "/v1/reset"
 )
 
 // maxBody bounds a request; maxUpdate an update, which carries a boot
@@ -84,6 +85,10 @@ type Server struct {
 	// Restore, if set, takes the backup a first node waits for, streamed
 	// in a request's body, and says which it took once it checked it.
 	Restore func(context.Context, io.Reader) (*nodepb.RestoreResponse, error)
+	// Reset, if set, marks the node to erase itself at its next boot
+	// (package reset), or says why it will not; the node API then
+	// answers and calls Power to reboot.
+	Reset func(force bool) error
 	// Unconfirmed, if set, says why the node does not yet trust the owner
 	// Owner returns, or nil once it does: an established node reads its
 	// owner from the ESP, which nobody authenticates, before its data
@@ -159,6 +164,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathPower, s.power)
 	mux.HandleFunc("POST "+pathUpdate, s.update)
 	mux.HandleFunc("POST "+pathRestore, s.restore)
+	mux.HandleFunc("POST "+pathReset, s.reset)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Admission != nil {
 			if a := s.Admission(); a != nil {
@@ -270,6 +276,29 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	}
 	s.Log.Info("took the owner's backup; restoring it", "cluster", resp.GetCluster(), "revision", resp.GetRevision())
 	reply(w, resp)
+}
+
+// reset marks the node for a reset and reboots it into it.
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
+	var req nodepb.ResetRequest
+	if !read(w, r, &req) || s.refuseUnconfirmed(w) {
+		return
+	}
+	if s.Reset == nil {
+		http.Error(w, "this node does not reset", http.StatusConflict)
+		return
+	}
+	if err := s.Reset(req.GetForce()); err != nil {
+		s.Log.Warn("refused a reset", "err", err)
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	s.Log.Info("the owner asked for a reset: rebooting to erase the node", "force", req.GetForce())
+	reply(w, &nodepb.ResetResponse{})
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	s.Power(nodepb.PowerRequest_ACTION_REBOOT)
 }
 
 func actionName(a nodepb.PowerRequest_Action) string {

@@ -1,0 +1,111 @@
+// Package reset brings a node back to its first boot without re-imaging
+// it, on its owner's request (`borough node reset`), and erases what it
+// was: a machine that leaves its cluster must not carry the cluster's
+// data, or keys that open it, to its next life.
+//
+// The owner's request only leaves a mark on the ESP (Request) and reboots
+// the node; the erasing is the next boot's first step (Erase), before
+// anything mounts or unlocks the data volume, so that nothing holds it
+// open, and a power cut in the middle erases again at the boot after:
+// the mark goes last. Three erasures, each enough alone:
+//
+//   - the data volume's header, with the salt from which the volume key is
+//     derived: zeroed, so that no unlock key, the owner's escrowed copies
+//     included, derives the volume key again (package crypt), and the
+//     next boot finds an empty partition and makes a new volume;
+//   - the node's sealed keys, escrow, certificates, records and
+//     enrolment on the ESP, overwritten before they are unlinked (FAT
+//     keeps unlinked clusters: atomicfile.Erase);
+//   - the TPM's epoch counter, advanced: every key the node sealed names
+//     the epoch it was sealed in (tpm.SealTo), so a copy of the ESP taken
+//     before the reset unseals nothing afterwards. Borough defines no
+//     other TPM objects that hold secrets; its counters stay, as the
+//     TPM's own anti-rollback.
+//
+// What the reset leaves: the boot binaries and node payloads (the image),
+// the update record, the entropy seed and the release statement.
+package reset
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/tpm"
+)
+
+// headerBytes is how much of the data partition Erase zeroes: more than
+// the volume's header and padding (crypt.DataOffset, 1 MiB), as much as
+// crypt.Probe reads to call a partition empty.
+const headerBytes = 2 << 20
+
+// state are the ESP files that make the node what it was: erased.
+var state = []esp.File{
+	esp.SealedLocalKey, esp.ClusterKeyEscrow, esp.LedgerKey, esp.UnlockKey, esp.EscrowKey,
+	esp.OwnerRecovery, esp.CUKEscrow, esp.UnlockCert, esp.UnlockCA, esp.UnlockCRL,
+	esp.NodeState, esp.MemberDirectory, esp.Ledger, esp.DHCPLeases,
+	esp.EnrolmentConfig, esp.AppliedEnrolment,
+}
+
+// Request marks the node for a reset at its next boot.
+func Request(espRoot string) error {
+	if err := atomicfile.Write(esp.ResetRequest.In(espRoot), []byte("reset\n"), 0o600); err != nil {
+		return fmt.Errorf("asking for a reset: %w", err)
+	}
+	return nil
+}
+
+// Requested says whether the node is marked for a reset.
+func Requested(espRoot string) bool {
+	_, err := os.Stat(esp.ResetRequest.In(espRoot))
+	return err == nil
+}
+
+// Erase erases the node (the package doc): the header of the data
+// partition at data, the node's state on the ESP at espRoot, and every
+// earlier seal of the TPM t (nil: the node seals nothing), then the mark.
+func Erase(log *slog.Logger, data, espRoot string, t *tpm.TPM) error {
+	if err := zeroHeader(data); err != nil {
+		return err
+	}
+	log.Info("zeroed the data volume's header: no key derives its volume key again", "partition", data)
+	for _, f := range state {
+		if err := atomicfile.Erase(f.In(espRoot)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("erasing %s: %w", f, err)
+		}
+	}
+	log.Info("erased the node's keys, escrow, certificates, records and enrolment from the ESP")
+	if t != nil {
+		epoch, err := t.Advance()
+		if err != nil {
+			return fmt.Errorf("advancing the TPM's epoch: %w", err)
+		}
+		log.Info("advanced the TPM's epoch: nothing sealed before unseals", "epoch", epoch)
+	}
+	if err := atomicfile.Remove(esp.ResetRequest.In(espRoot)); err != nil {
+		return fmt.Errorf("removing the reset's mark: %w", err)
+	}
+	return nil
+}
+
+// zeroHeader zeroes the first headerBytes of the partition at path, and
+// flushes them to the disk.
+func zeroHeader(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("opening the data partition: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, headerBytes), 0); err != nil {
+		return fmt.Errorf("zeroing the data volume's header: %w", err)
+	}
+	if err := unix.Fsync(int(f.Fd())); err != nil {
+		return fmt.Errorf("zeroing the data volume's header: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,26 @@
+// Package tpmtest gives tests a real TPM 2.0: the reference
+// implementation's simulator (go-tpm-tools), not a mock, so that seals,
+// policies and NV counters behave as a machine's TPM does.
+package tpmtest
+
+import (
+	"testing"
+
+	"github.com/google/go-tpm-tools/simulator"
+	"github.com/google/go-tpm/tpm2/transport"
+
+	"github.com/borough-os/borough/internal/tpm"
+)
+
+// New returns a TPM on a simulator whose seed is seed, closed when t
+// ends. The simulator is one per process: New waits until the previous
+// one is closed, so tests that use it do not run in parallel.
+func New(t testing.TB, seed int64) *tpm.TPM {
+	t.Helper()
+	sim, err := simulator.GetWithFixedSeedInsecure(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	return tpm.New(transport.FromReadWriteCloser(sim))
+}
