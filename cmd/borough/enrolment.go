@@ -186,7 +186,7 @@ written. Put it in a node with 'borough image enrol' or QEMU's --fw-cfg.`,
 	}
 	f.add(c)
 	c.Flags().StringVar(&f.cluster, "cluster", "", "cluster name (a-z, 0-9, '-')")
-	c.Flags().StringVar(&f.owner, "owner", "", "owner certificate, PEM (default: the one from `borough owner init`)")
+	c.Flags().StringVar(&f.owner, "owner", "", "owner certificate, PEM (default: the one from 'borough owner init')")
 	c.Flags().BoolVar(&f.noOwner, "no-owner", false, "a cluster without an owner: only local clients")
 	c.Flags().StringVar(&f.restore, "restore", "", "a backup (borough cluster backup) for the node to start the cluster from; send it with borough node restore once the node waits")
 	return c
@@ -212,6 +212,8 @@ func writeBootstrap(stdout io.Writer, f bootstrapFlags) error {
 		}
 	}
 	switch {
+	case f.noOwner && f.owner != "":
+		return fmt.Errorf("--no-owner and --owner %s contradict each other: give one", f.owner)
 	case f.noOwner:
 		b.OwnerCertificate, b.OwnerTicket, b.TicketSecret = nil, nil, nil
 	case f.owner != "" || len(b.OwnerCertificate) == 0:

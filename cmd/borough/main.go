@@ -42,17 +42,43 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // run executes the CLI with args, writing to stdout and stderr.
 func run(args []string, stdout, stderr io.Writer) error {
+	root := commandTree()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root.Execute()
+}
+
+// commandTree is the CLI's commands.
+func commandTree() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "borough",
 		Short:         "Build, boot and manage Borough nodes",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&configDir, "config", defaultConfigDir(), "directory of the owner's identity and pinned cluster CAs")
 	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand(), ownerCommand(), enrolmentCommand(),
 		etcdCommand(), statusCommand(), clusterCommand(), nodeCommand(), logsCommand(), updateCommand(), secureBootCommand())
-	return root.Execute()
+	refuseUnknown(root)
+	return root
+}
+
+// refuseUnknown makes every command that only groups others (c and those
+// under it) fail on a word that names none of them: cobra prints such a
+// command's help and exits 0, and a script's typo passes for success.
+func refuseUnknown(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknown(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() || c == c.Root() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return fmt.Errorf("%s has no command %q (%s --help lists them)", cmd.CommandPath(), args[0], cmd.CommandPath())
+		}
+		return cmd.Help()
+	}
 }

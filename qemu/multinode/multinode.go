@@ -148,6 +148,9 @@ func (o *Options) defaults() error {
 	if o.StateDir == "" || o.Image == "" {
 		return errors.New("multinode: Image and StateDir are required")
 	}
+	if _, err := os.Stat(o.Image); err != nil {
+		return fmt.Errorf("the disk image every node starts from: %w (./build.sh builds out/borough.img)", err)
+	}
 	if o.Cluster == "" {
 		o.Cluster = "borough"
 	}
@@ -161,8 +164,9 @@ func (o *Options) defaults() error {
 }
 
 // Launch starts the cluster (see the package doc) and returns once every
-// node runs. On failure, the VMs started are killed.
-func Launch(ctx context.Context, opts Options) (c *Cluster, err error) {
+// node runs. On failure, the VMs started are killed and the LAN's socket
+// removed.
+func Launch(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
@@ -176,27 +180,32 @@ func Launch(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{opts: opts, Hub: hub, owner: owner, CAFile: filepath.Join(opts.StateDir, "ca.pem"), given: map[int]bool{}}
-	defer func() {
-		if err != nil {
-			c.Kill()
-		}
-	}()
-	for i := range opts.Nodes {
+	c := &Cluster{opts: opts, Hub: hub, owner: owner, CAFile: filepath.Join(opts.StateDir, "ca.pem"), given: map[int]bool{}}
+	if err := c.start(ctx); err != nil {
+		c.Kill()
+		return nil, err
+	}
+	return c, nil
+}
+
+// start lays out every node and boots the cluster: anew, or again from
+// the state a launch before left.
+func (c *Cluster) start(ctx context.Context) error {
+	for i := range c.opts.Nodes {
 		n, err := c.prepare(i)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
 	var st state
 	if b, err := os.ReadFile(c.statePath()); err == nil {
 		if err := json.Unmarshal(b, &st); err != nil {
-			return nil, fmt.Errorf("%s: %w", c.statePath(), err)
+			return fmt.Errorf("%s: %w", c.statePath(), err)
 		}
-		return c, c.restart(ctx, st)
+		return c.restart(ctx, st)
 	}
-	return c, c.create(ctx)
+	return c.create(ctx)
 }
 
 func (c *Cluster) statePath() string { return filepath.Join(c.opts.StateDir, "cluster.json") }
