@@ -49,14 +49,14 @@ CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "
 say "init"
 CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$out/init" ./init
 
+version=$(git describe --always --dirty 2>/dev/null || echo dev)
 say "host CLI"
-go build -o "$out/bin/borough" ./cmd/borough
+go build -ldflags="-X main.version=$version" -o "$out/bin/borough" ./cmd/borough
 
 if [ -z "${SOURCE_DATE_EPOCH:-}" ] && git rev-parse --verify -q HEAD >/dev/null; then
 	SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)
 	export SOURCE_DATE_EPOCH
 fi
-version=$(git describe --always --dirty 2>/dev/null || echo dev)
 # SECUREBOOT=dir signs the boot binary with the owner's db key in dir and
 # puts the keys' signed updates on the ESP (borough secureboot init).
 "$out/bin/borough" image build --kernel "$out/vmlinuz" --init "$out/init" --node "$out/node" \

@@ -171,6 +171,8 @@ func (m *multi) threeVoters(t *testing.T) {
 	if err != nil || len(get.Kvs) != 1 || string(get.Kvs[0].Value) != "put on node 1" {
 		t.Fatalf("get on node 3 = %v, %v", get, err)
 	}
+	contains(t, "borough version NODE", cli(t, "--config", m.config, "version", m.c.Nodes[0].API(), "--fingerprint", m.c.Fingerprint),
+		"node "+m.c.Nodes[0].API()+": 1.0.0 (boot slot A)")
 	// etcd authentication is on: the owner is root, and so is each node's
 	// own client, or the cluster would not have formed.
 	if st, err := m.client(t, m.c.Nodes[1]).AuthStatus(ctx); err != nil || !st.Enabled {

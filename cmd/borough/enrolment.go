@@ -85,6 +85,16 @@ func (f *nodeFlags) apply(c *enrolmentpb.Config) error {
 	if len(f.addresses) > 0 && len(f.links) > 0 {
 		return fmt.Errorf("--address and --link are two forms of the network config: give one")
 	}
+	if len(f.addresses) == 0 {
+		for _, fl := range []struct {
+			name string
+			set  bool
+		}{{"--interface", f.iface != ""}, {"--gateway4", f.gw4 != ""}, {"--gateway6", f.gw6 != ""}, {"--dns", len(f.dns) > 0}} {
+			if fl.set {
+				return fmt.Errorf("%s sets the static network, which needs --address: give it, or drop %s", fl.name, fl.name)
+			}
+		}
+	}
 	if len(f.addresses) > 0 {
 		c.Network = &enrolmentpb.Network{Config: &enrolmentpb.Network_Static{Static: &enrolmentpb.Static{
 			Interface: f.iface, Addresses: f.addresses, Gateway4: f.gw4, Gateway6: f.gw6, Dns: f.dns,
@@ -124,8 +134,14 @@ func parseLink(spec string) (*enrolmentpb.Interface, error) {
 		case "mac":
 			l.Mac = v
 		case "dhcp":
+			if static != nil {
+				return nil, fmt.Errorf("--link %q: dhcp and a static address (address=, gateway4=, dns=) contradict each other", spec)
+			}
 			l.Config = &enrolmentpb.Interface_Dhcp{Dhcp: &enrolmentpb.DHCP{}}
 		case "address", "gateway4", "dns":
+			if l.GetDhcp() != nil {
+				return nil, fmt.Errorf("--link %q: dhcp and a static address (address=, gateway4=, dns=) contradict each other", spec)
+			}
 			if static == nil {
 				static = &enrolmentpb.Static{}
 				l.Config = &enrolmentpb.Interface_Static{Static: static}

@@ -49,6 +49,11 @@ func TestOwnerInitAndBootstrap(t *testing.T) {
 		{[]string{"--cluster", "prod", "--address", "10.0.0.5"}, "network.static.addresses[0]"},
 		{[]string{"--cluster", "prod", "--address", "10.0.0.5/24", "--gateway6", "fe80::1"}, "contradicts itself"},
 		{[]string{"--cluster", "prod", "--no-owner", "--owner", "owner.pem"}, "--no-owner and --owner owner.pem contradict each other"},
+		{[]string{"--cluster", "prod", "--gateway4", "10.0.0.1", "--interface", "eth0"}, "sets the static network, which needs --address"},
+		{[]string{"--cluster", "prod", "--dns", "notanip"}, "--dns sets the static network, which needs --address"},
+		{[]string{"--cluster", "prod", "--address", "10.0.0.5/24", "--dns", "notanip"}, "network.static.dns[0]"},
+		{[]string{"--cluster", "prod", "--link", "name=eth0,dhcp,address=10.0.0.5/24,advertise"}, "dhcp and a static address"},
+		{[]string{"--cluster", "prod", "--link", "name=eth0,address=10.0.0.5/24,dhcp,advertise"}, "dhcp and a static address"},
 	} {
 		args := append([]string{"--config", configDir, "enrolment", "bootstrap", "--out", cfg}, tc.args...)
 		err := run(args, &out, &out)

@@ -47,3 +47,11 @@ func TestFlagUsage(t *testing.T) {
 	}
 	walk(commandTree())
 }
+
+// TestVersion: the CLI says its version.
+func TestVersion(t *testing.T) {
+	var out strings.Builder
+	if err := run([]string{"version"}, &out, &out); err != nil || !strings.HasPrefix(out.String(), "borough "+version+" (go") {
+		t.Errorf("borough version = %v:\n%s", err, out.String())
+	}
+}
