@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -227,6 +228,9 @@ func writeBootstrap(stdout io.Writer, f bootstrapFlags) error {
 			return err
 		}
 	}
+	if b.ClusterName == "" {
+		return errors.New("--cluster is required: the new cluster's name (a-z, 0-9 and '-', starting with a letter)")
+	}
 	switch {
 	case f.noOwner && f.owner != "":
 		return fmt.Errorf("--no-owner and --owner %s contradict each other: give one", f.owner)
@@ -361,7 +365,11 @@ func writeJoin(stdout io.Writer, f joinFlags) error {
 	}
 	t, err := ticket.Parse(b)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.ticket, err)
+		var c enrolmentpb.Config
+		if proto.Unmarshal(b, &c) == nil && c.GetMode() != nil {
+			return fmt.Errorf("--ticket %s is an enrolment config, not a ticket: give the file borough cluster ticket wrote", f.ticket)
+		}
+		return fmt.Errorf("--ticket %s is not a ticket (borough cluster ticket writes one): %w", f.ticket, err)
 	}
 	if time.Now().Unix() >= t.GetExpires() {
 		return fmt.Errorf("%s expired at %s; mint another with 'borough cluster ticket'", f.ticket, time.Unix(t.GetExpires(), 0).Format(time.RFC3339))

@@ -48,6 +48,7 @@ func TestOwnerInitAndBootstrap(t *testing.T) {
 		{[]string{"--cluster", "prod", "--storage-policy", "maybe"}, "--storage-policy"},
 		{[]string{"--cluster", "prod", "--address", "10.0.0.5"}, "network.static.addresses[0]"},
 		{[]string{"--cluster", "prod", "--address", "10.0.0.5/24", "--gateway6", "fe80::1"}, "contradicts itself"},
+		{[]string{"--no-owner"}, "--cluster is required"},
 		{[]string{"--cluster", "prod", "--no-owner", "--owner", "owner.pem"}, "--no-owner and --owner owner.pem contradict each other"},
 		{[]string{"--cluster", "prod", "--gateway4", "10.0.0.1", "--interface", "eth0"}, "sets the static network, which needs --address"},
 		{[]string{"--cluster", "prod", "--dns", "notanip"}, "--dns sets the static network, which needs --address"},

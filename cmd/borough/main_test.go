@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -53,5 +55,37 @@ func TestVersion(t *testing.T) {
 	var out strings.Builder
 	if err := run([]string{"version"}, &out, &out); err != nil || !strings.HasPrefix(out.String(), "borough "+version+" (go") {
 		t.Errorf("borough version = %v:\n%s", err, out.String())
+	}
+}
+
+// TestWrongFiles: a file given for another kind says what it is not, in
+// words, not a protobuf field or the bytes a parser found.
+func TestWrongFiles(t *testing.T) {
+	configDir = t.TempDir()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "bootstrap.pb")
+	var out strings.Builder
+	if err := run([]string{"--config", configDir, "enrolment", "bootstrap", "--cluster", "prod", "--no-owner", "--out", cfg}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	text := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(text, []byte(strings.Repeat("D2 is not a disk\n", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a config for a ticket", []string{"enrolment", "join", "--ticket", cfg, "--out", filepath.Join(dir, "join.pb")}, "is an enrolment config, not a ticket"},
+		{"text for a ticket", []string{"enrolment", "join", "--ticket", text, "--out", filepath.Join(dir, "join.pb")}, "is not a ticket (borough cluster ticket writes one)"},
+		{"text for an image", []string{"image", "enrol", text, cfg}, text + " is not a disk image: it has no GPT partition table"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(append([]string{"--config", configDir}, tc.args...), &out, &out)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "[") {
+				t.Errorf("borough %s = %v, want an error saying %q in words", strings.Join(tc.args, " "), err, tc.want)
+			}
+		})
 	}
 }

@@ -240,8 +240,14 @@ func findPartition(path, typ string) (int, *gpt.Partition, error) {
 	}
 	defer f.Close()
 	table, err := gpt.Read(f, 512, 512)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s has no GPT: %w", path, err)
+	var pathErr *iofs.PathError
+	switch {
+	case errors.As(err, &pathErr):
+		return 0, nil, fmt.Errorf("reading %s: %w", path, err)
+	case err != nil:
+		// go-diskfs says which bytes it found instead of a signature:
+		// nothing a user can act on.
+		return 0, nil, fmt.Errorf("%s is not a disk image: it has no GPT partition table (a Borough image has one, as has a disk one was written to)", path)
 	}
 	for _, p := range table.Partitions {
 		if strings.EqualFold(string(p.Type), typ) {
