@@ -41,15 +41,17 @@ func etcdCommand() *cobra.Command {
 
 func statusCommand() *cobra.Command {
 	var fingerprint string
+	var timeout time.Duration
 	c := &cobra.Command{
 		Use:   "status NODE",
 		Short: "Show the cluster's members and the status of NODE (HOST:PORT)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return status(cmd.OutOrStdout(), args[0], fingerprint)
+			return status(cmd.OutOrStdout(), args[0], fingerprint, timeout)
 		},
 	}
 	c.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
+	c.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for NODE to answer")
 	return c
 }
 
@@ -144,18 +146,29 @@ func pinnedCA(node, fingerprint string) (*x509.Certificate, error) {
 // asOwner runs fn with a client of node's cluster, as the owner, and a
 // context that ends after 30 s.
 func asOwner(node, fingerprint string, fn func(context.Context, *clientv3.Client) error) error {
+	return asOwnerFor(node, fingerprint, 30*time.Second, fn)
+}
+
+// asOwnerFor is asOwner with a context that ends after timeout, and an
+// error that says so if it did: etcd's client retries a node that does
+// not answer until then, silently.
+func asOwnerFor(node, fingerprint string, timeout time.Duration, fn func(context.Context, *clientv3.Client) error) error {
 	c, err := ownerClient(node, fingerprint)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return fn(ctx, c)
+	err = fn(ctx, c)
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s did not answer within %v (is it up, and is this its client port? --timeout waits longer): %w", node, timeout, err)
+	}
+	return err
 }
 
-func status(stdout io.Writer, node, fingerprint string) error {
-	return asOwner(node, fingerprint, func(ctx context.Context, c *clientv3.Client) error {
+func status(stdout io.Writer, node, fingerprint string, timeout time.Duration) error {
+	return asOwnerFor(node, fingerprint, timeout, func(ctx context.Context, c *clientv3.Client) error {
 		return printStatus(ctx, stdout, c, node)
 	})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,5 +67,37 @@ func TestOwnerInitAndBootstrap(t *testing.T) {
 	err := run([]string{"enrolment", "show", cfg}, &out, &out)
 	if err != nil || !strings.Contains(out.String(), `"prod"`) || !strings.Contains(out.String(), "# owner: owner sha256:") {
 		t.Errorf("show = %v:\n%s", err, out.String())
+	}
+}
+
+// TestStatusOfADownNode: status against a pinned node that does not
+// answer fails once --timeout passes, saying so.
+func TestStatusOfADownNode(t *testing.T) {
+	configDir = t.TempDir()
+	t.Setenv(ownerkey.PassphraseEnv, "a test owner's passphrase")
+	var out strings.Builder
+	if err := run([]string{"--config", configDir, "owner", "init"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := l.Addr().String()
+	l.Close()
+	ca, err := pki.NewCA("down", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(caPath(node)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caPath(node), pki.CertPEM(ca.Cert), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	err = run([]string{"--config", configDir, "status", node, "--timeout", "1s"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), node+" did not answer within 1s") || time.Since(began) > 10*time.Second {
+		t.Errorf("status of a down node = %v after %v", err, time.Since(began))
 	}
 }
