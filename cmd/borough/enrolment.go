@@ -412,16 +412,72 @@ func showEnrolment(stdout io.Writer, path string) error {
 	if err := proto.Unmarshal(b, &c); err != nil {
 		return fmt.Errorf("%s is not an enrolment config: %w", path, err)
 	}
-	fmt.Fprint(stdout, prototext.MarshalOptions{Multiline: true}.Format(&c))
+	fmt.Fprint(stdout, prototext.MarshalOptions{Multiline: true}.Format(withoutBlobs(&c)))
 	e, err := enrolment.Parse(b, path, time.Now())
 	if err != nil {
 		return err
 	}
 	if e.Owner != nil {
-		fmt.Fprintf(stdout, "# owner: %s %s\n", e.Owner.Subject.CommonName, pki.Fingerprint(e.Owner))
+		fmt.Fprintf(stdout, "# owner: %s %s, valid until %s\n", e.Owner.Subject.CommonName, pki.Fingerprint(e.Owner),
+			e.Owner.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if t := e.Ticket; t != nil {
+		fmt.Fprintf(stdout, "# ticket: joins cluster %s (CA %s) through %s as a %s, until %s; secret %s\n",
+			t.GetClusterName(), t.GetCaFingerprint(), strings.Join(t.GetJoinEndpoints(), ", "), roleName(t.GetRole()),
+			time.Unix(t.GetExpires(), 0).UTC().Format(time.RFC3339), secretState(len(t.GetSecret()) > 0))
+	}
+	if e.FounderTicket != nil {
+		fmt.Fprintln(stdout, "# first node's ticket: signed by the owner; secret set")
+	}
+	if r := e.Restore; r != nil {
+		fmt.Fprintf(stdout, "# restores a backup taken at revision %d: snapshot of %d bytes, SHA-256 %s, CA %s; transfer key %s\n",
+			r.Revision, r.SnapshotSize, r.SnapshotSHA256, r.CAFingerprint, secretState(r.Transfer != nil))
+	}
+	if err := checkTicketLife(e, time.Now()); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	fmt.Fprintln(stdout, "# a node accepts this config")
 	return nil
+}
+
+// withoutBlobs is c with its certificates, tickets and secrets left out,
+// which prototext prints as escaped bytes: showEnrolment describes them.
+func withoutBlobs(c *enrolmentpb.Config) *enrolmentpb.Config {
+	c = proto.Clone(c).(*enrolmentpb.Config)
+	if b := c.GetBootstrap(); b != nil {
+		b.OwnerCertificate, b.OwnerTicket, b.TicketSecret = nil, nil, nil
+		if r := b.GetRestore(); r != nil {
+			r.TransferIdentity = ""
+		}
+	}
+	if j := c.GetJoin(); j != nil {
+		j.Ticket, j.OwnerCertificate = nil, nil
+	}
+	return c
+}
+
+// checkTicketLife refuses a config whose join ticket has expired: the
+// cluster would refuse it.
+func checkTicketLife(e *enrolment.Enrolment, now time.Time) error {
+	if t := e.Ticket; t != nil && now.Unix() >= t.GetExpires() {
+		return fmt.Errorf("its ticket expired at %s: the cluster refuses it (mint another with borough cluster ticket)",
+			time.Unix(t.GetExpires(), 0).UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+func roleName(r enrolmentpb.Role) string {
+	if r == enrolmentpb.Role_ROLE_LEARNER {
+		return "learner"
+	}
+	return "voter"
+}
+
+func secretState(set bool) string {
+	if set {
+		return "set (keep this file as a password until the node has used it)"
+	}
+	return "erased: spent"
 }
 
 // exists says whether path names a file.

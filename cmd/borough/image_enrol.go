@@ -30,8 +30,12 @@ func enrolImage(stdout io.Writer, image, config string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := enrolment.Parse(b, config, time.Now()); err != nil {
+	e, err := enrolment.Parse(b, config, time.Now())
+	if err != nil {
 		return err
+	}
+	if err := checkTicketLife(e, time.Now()); err != nil {
+		return fmt.Errorf("%s: %w", config, err)
 	}
 	if err := writeESPFile(image, esp.EnrolmentConfig, b); err != nil {
 		return err

@@ -5,9 +5,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
 // TestUnknownCommands: a word that names no command fails, at any depth,
@@ -85,6 +90,62 @@ func TestWrongFiles(t *testing.T) {
 			err := run(append([]string{"--config", configDir}, tc.args...), &out, &out)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "[") {
 				t.Errorf("borough %s = %v, want an error saying %q in words", strings.Join(tc.args, " "), err, tc.want)
+			}
+		})
+	}
+}
+
+// TestShowEnrolment: show describes a join config's ticket and owner in
+// words, not escaped bytes, and refuses one whose ticket has expired, as
+// image enrol does; an unexpired one a node accepts.
+func TestShowEnrolment(t *testing.T) {
+	o, err := pki.NewOwner("alice", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	config := func(name string, expires time.Time) string {
+		tk, err := proto.Marshal(&enrolmentpb.Ticket{
+			Version: 1, ClusterName: "prod", CaFingerprint: "sha256:" + strings.Repeat("ab", 32),
+			JoinEndpoints: []string{"192.0.2.1:7834"}, Id: make([]byte, 16), Secret: make([]byte, 32), Expires: expires.Unix(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := proto.Marshal(&enrolmentpb.Config{Version: 1, Mode: &enrolmentpb.Config_Join{Join: &enrolmentpb.Join{Ticket: tk, OwnerCertificate: o.Cert.Raw}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct {
+		name, config, wantErr string
+	}{
+		{"a live ticket", config("live.pb", time.Now().Add(time.Hour)), ""},
+		{"an expired ticket", config("expired.pb", time.Now().Add(-time.Minute)), "its ticket expired at"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			err := run([]string{"enrolment", "show", tc.config}, &out, &out)
+			if !strings.Contains(out.String(), "# ticket: joins cluster prod (CA sha256:abab") || !strings.Contains(out.String(), "# owner: alice sha256:") ||
+				strings.Contains(out.String(), `\\`) {
+				t.Errorf("show printed:\n%s", out.String())
+			}
+			if tc.wantErr == "" {
+				if err != nil || !strings.Contains(out.String(), "# a node accepts this config") {
+					t.Errorf("show = %v:\n%s", err, out.String())
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(out.String(), "a node accepts") {
+				t.Errorf("show = %v, want %q:\n%s", err, tc.wantErr, out.String())
+			}
+			if err := run([]string{"image", "enrol", filepath.Join(dir, "no.img"), tc.config}, &out, &out); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("image enrol = %v, want %q", err, tc.wantErr)
 			}
 		})
 	}
