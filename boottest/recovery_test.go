@@ -23,6 +23,8 @@ import (
 func TestRecovery(t *testing.T) {
 	t.Parallel()
 	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	contains(t, "recovery keys of a never-booted image", cliFails(t, "recovery", "keys", img, "--out", t.TempDir()),
+		"holds no unlock keys: its node never made a data volume")
 	vm := boot(t, qemu.Options{Image: img, TestParams: cmdline.TestMarker + "=" + marker})
 	expect(t, vm, bootTimeout, created, "borough: test: marker="+marker, ready)
 	powerOff(t, vm)

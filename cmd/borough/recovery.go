@@ -137,6 +137,9 @@ func copyKeys(stdout io.Writer, disk, outDir string) error {
 		name, f := k.name, k.f
 		b, err := readESPFile(disk, f)
 		if errors.Is(err, iofs.ErrNotExist) && f == esp.ClusterKeyEscrow {
+			if _, lerr := readESPFile(disk, esp.SealedLocalKey); errors.Is(lerr, iofs.ErrNotExist) {
+				return fmt.Errorf("%s holds no unlock keys: its node never made a data volume (it has not booted, or it was reset), so there is nothing to recover", disk)
+			}
 			return fmt.Errorf("%w: the cluster keeps this node's cluster unlock key; its owner opens the disk with --owner-key", err)
 		}
 		if err != nil {
