@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,7 +61,12 @@ func caPath(node string) string {
 }
 
 // pinCA returns the path of node's pinned cluster CA, pinning it first if
-// this is the first use.
+// this is the first use of node: to the CA of --fingerprint, or without
+// one, to a CA pinned for another address, if node presents its chain.
+// A pin is kept by address, and trust is by cluster: another name or
+// port of a node of a known cluster (localhost:2379 beside
+// 127.0.0.1:2379, the node API beside the client port) needs no
+// fingerprint again.
 func pinCA(node, fingerprint string) (string, error) {
 	path := caPath(node)
 	if b, err := os.ReadFile(path); err == nil {
@@ -73,14 +79,20 @@ func pinCA(node, fingerprint string) (string, error) {
 		}
 		return path, nil
 	}
+	known := []string{fingerprint}
 	if fingerprint == "" {
-		return "", fmt.Errorf("first use of %s: give --fingerprint with the cluster CA's fingerprint from the node's console (ca_fingerprint=sha256:...)", node)
+		if known = pinnedFingerprints(); len(known) == 0 {
+			return "", fmt.Errorf("first use of %s: give --fingerprint with the cluster CA's fingerprint from the node's console (ca_fingerprint=sha256:...)", node)
+		}
 	}
 	kp, err := ownerKeyPair()
 	if err != nil {
 		return "", err
 	}
-	ca, err := admin.FetchCA(node, fingerprint, kp)
+	ca, err := admin.FetchKnownCA(node, known, kp)
+	if err != nil && fingerprint == "" {
+		return "", fmt.Errorf("first use of %s, which is a node of no cluster pinned here: give --fingerprint with its cluster CA's fingerprint (%w)", node, err)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -88,6 +100,23 @@ func pinCA(node, fingerprint string) (string, error) {
 		return "", err
 	}
 	return path, os.WriteFile(path, pki.CertPEM(ca), 0o644)
+}
+
+// pinnedFingerprints are the fingerprints of the cluster CAs pinned here,
+// each once, in order.
+func pinnedFingerprints() []string {
+	paths, _ := filepath.Glob(filepath.Join(configDir, "clusters", "*", "ca.pem"))
+	var fps []string
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if ca, err := pki.ParseCertPEM(b); err == nil && !slices.Contains(fps, pki.Fingerprint(ca)) {
+			fps = append(fps, pki.Fingerprint(ca))
+		}
+	}
+	return fps
 }
 
 func etcdEnv(stdout io.Writer, node, fingerprint string) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +15,11 @@ import (
 
 func TestPinnedCAMismatch(t *testing.T) {
 	configDir = t.TempDir()
+	t.Setenv(ownerkey.PassphraseEnv, "a test owner's passphrase")
+	var out strings.Builder
+	if err := run([]string{"--config", configDir, "owner", "init"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
 	ca, _ := pki.NewCA("prod", time.Now())
 	path := caPath("127.0.0.1:2379")
 	os.MkdirAll(filepath.Dir(path), 0o700)
@@ -100,4 +106,82 @@ func TestStatusOfADownNode(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), node+" did not answer within 1s") || time.Since(began) > 10*time.Second {
 		t.Errorf("status of a down node = %v after %v", err, time.Since(began))
 	}
+}
+
+// TestPinPerCluster: a CA pinned for one address of a cluster's node is
+// trusted, without --fingerprint, for another address that presents its
+// chain (another name, another port), and pinned for it; an address of
+// another cluster is refused without --fingerprint.
+func TestPinPerCluster(t *testing.T) {
+	configDir = t.TempDir()
+	t.Setenv(ownerkey.PassphraseEnv, "a test owner's passphrase")
+	var out strings.Builder
+	if err := run([]string{"--config", configDir, "owner", "init"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	prod, other := tlsNode(t, "prod"), tlsNode(t, "other")
+	_, port, _ := net.SplitHostPort(prod.addr)
+	for _, tc := range []struct {
+		name, node, fingerprint, want, pinned string
+	}{
+		{"first use, with the fingerprint", prod.addr, prod.fingerprint, "", prod.fingerprint},
+		{"another name of the same node", net.JoinHostPort("localhost", port), "", "", prod.fingerprint},
+		{"a node of another cluster", other.addr, "", "a node of no cluster pinned here", ""},
+		{"that node, with its fingerprint", other.addr, other.fingerprint, "", other.fingerprint},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, err := pinCA(tc.node, tc.fingerprint)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("pinCA(%s) = %v, want %q", tc.node, err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ca, err := pki.ParseCertPEM(b); err != nil || pki.Fingerprint(ca) != tc.pinned {
+				t.Errorf("%s pinned to %v (%v), want %s", tc.node, ca, err, tc.pinned)
+			}
+		})
+	}
+}
+
+// pinTestNode is a TLS server that presents a node certificate of its
+// own cluster's CA, as a node's client port does.
+type pinTestNode struct{ addr, fingerprint string }
+
+func tlsNode(t *testing.T, cluster string) pinTestNode {
+	t.Helper()
+	ca, err := pki.NewCA(cluster, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := ca.Issue("node-0a1b2c3d", []net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{node.Cert.Raw, ca.Cert.Raw}, PrivateKey: node.Key}},
+		ClientAuth:   tls.RequireAnyClientCert,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	return pinTestNode{addr: l.Addr().String(), fingerprint: pki.Fingerprint(ca.Cert)}
 }

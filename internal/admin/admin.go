@@ -58,23 +58,33 @@ func Connect(endpoints []string, ca *x509.Certificate, owner tls.Certificate) (*
 // trusting it only if it has the fingerprint the owner got out of band
 // (the node's console) and the node's certificate verifies against it.
 func FetchCA(endpoint, fingerprint string, owner tls.Certificate) (*x509.Certificate, error) {
+	return FetchKnownCA(endpoint, []string{fingerprint}, owner)
+}
+
+// FetchKnownCA is FetchCA for any of the CAs with the fingerprints given:
+// the first whose chain the endpoint presents, in their order.
+func FetchKnownCA(endpoint string, fingerprints []string, owner tls.Certificate) (*x509.Certificate, error) {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return nil, err
 	}
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", endpoint,
-		// The chain is verified below, against the fingerprint.
+		// The chain is verified below, against the fingerprints.
 		&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{owner}})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", endpoint, err)
 	}
 	chain := conn.ConnectionState().PeerCertificates
 	conn.Close()
-	ca, err := pki.VerifyPinned(chain, fingerprint, host)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", endpoint, err)
+	var errs []error
+	for _, fp := range fingerprints {
+		ca, err := pki.VerifyPinned(chain, fp, host)
+		if err == nil {
+			return ca, nil
+		}
+		errs = append(errs, err)
 	}
-	return ca, nil
+	return nil, fmt.Errorf("%s: %w", endpoint, errors.Join(errs...))
 }
 
 // TicketParams say what ticket to mint; the cluster supplies the rest.
