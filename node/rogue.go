@@ -56,13 +56,14 @@ import (
 //	                    hand-over of the cluster to it, as the owner's:
 //	                    naming the owner's certificate as its signer.
 
-// rogueShareFor is how long rogue share asks the holders; rogueHoldFor
-// how long rogue escrowkey holds its record in etcd: more than two
-// rounds of the peers' clusterkey.Maintain; rogueAPIFor how long rogue
-// nodeapi poses, time for the owner's tool to be refused once.
+// rogueShareFor is how long rogue share asks the holders: four rounds of
+// unlock.Fetch; rogueHoldFor how long rogue escrowkey holds its record in
+// etcd: more than a round (10 s) of every peer's clusterkey.Maintain, so
+// each sees it; rogueAPIFor how long rogue nodeapi poses, time for the
+// owner's tool to be refused once.
 const (
-	rogueShareFor = 15 * time.Second
-	rogueHoldFor  = 25 * time.Second
+	rogueShareFor = 8 * time.Second
+	rogueHoldFor  = 12 * time.Second
 	rogueAPIFor   = 10 * time.Second
 )
 
