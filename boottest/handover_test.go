@@ -91,15 +91,7 @@ func (m *multi) backupUnderWrites(t *testing.T) {
 	t.Logf("%s(%d writes acknowledged meanwhile)", out, len(acked))
 	contains(t, "cluster backup", out, "wrote "+path, "cluster multi at revision")
 	contains(t, "verify-backup", cli(t, "--config", m.config, "cluster", "verify-backup", path), "a whole backup of cluster multi")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 1
-	damaged := path + ".damaged"
-	if err := os.WriteFile(damaged, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	damaged := damagedCopy(t, path)
 	contains(t, "verify-backup of a changed copy", cliFails(t, "--config", m.config, "cluster", "verify-backup", damaged), "damaged or truncated")
 	m.backup = path
 }
@@ -131,4 +123,20 @@ func awaitOwnerReads(t *testing.T, n *multinode.Node, c *multinode.Cluster, owne
 			t.Fatalf("the new owner cannot read through node%d two minutes after the hand-over: %v", n.Index+1, err)
 		}
 	}
+}
+
+// damagedCopy writes a copy of the file at path with its middle byte
+// changed, beside it, and returns its path.
+func damagedCopy(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	damaged := path + ".damaged"
+	if err := os.WriteFile(damaged, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return damaged
 }

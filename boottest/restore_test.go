@@ -54,15 +54,7 @@ func (m *multi) restoreFromBackup(t *testing.T) {
 			n.VM.Kill()
 		}
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 1
-	damaged := path + ".damaged"
-	if err := os.WriteFile(damaged, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	damaged := damagedCopy(t, path)
 
 	r, err := m.c.AddNode()
 	if err != nil {

@@ -104,6 +104,19 @@ func Remove(path string) error {
 	return syncfs(filepath.Dir(path))
 }
 
+// Rename renames oldpath, a file or a directory tree written in full, to
+// newpath once everything under it is on the disk, and syncs again after:
+// after a crash newpath is there whole, or not at all.
+func Rename(oldpath, newpath string) error {
+	if err := syncfs(filepath.Dir(oldpath)); err != nil {
+		return err
+	}
+	if err := os.Rename(oldpath, newpath); err != nil {
+		return err
+	}
+	return syncfs(filepath.Dir(newpath))
+}
+
 // RemoveAll removes path and everything under it, durably, as Remove
 // does a file.
 func RemoveAll(path string) error {

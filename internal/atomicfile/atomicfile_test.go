@@ -190,3 +190,31 @@ func TestRemoveAll(t *testing.T) {
 		})
 	}
 }
+
+// TestRename renames a directory tree into place, whole, and refuses to
+// replace a directory that holds something.
+func TestRename(t *testing.T) {
+	dir := t.TempDir()
+	tmp, dst := filepath.Join(dir, "tree.partial"), filepath.Join(dir, "tree")
+	if err := os.MkdirAll(filepath.Join(tmp, "member"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "member", "db"), []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "member", "db")); err != nil || string(b) != "data" {
+		t.Errorf("after Rename: %q, %v", b, err)
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Errorf("the old name is still there: %v", err)
+	}
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Rename(tmp, dst); err == nil {
+		t.Error("Rename replaced a directory that holds a tree")
+	}
+}

@@ -79,15 +79,7 @@ func (mg *Manager) localCA() (*pki.CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	cert, err := pki.ParseCertPEM(certPEM)
-	if err != nil {
-		return nil, err
-	}
-	key, err := pki.ParseKeyPEM(keyPEM)
-	if err != nil {
-		return nil, err
-	}
-	return &pki.CA{Cert: cert, Key: key}, nil
+	return pki.ParseCA(certPEM, keyPEM)
 }
 
 // announceMove tells the cluster the member's new peer URL and records the

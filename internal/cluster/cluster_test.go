@@ -140,18 +140,7 @@ func TestJoinInProcess(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ownerCert, owner := ownerIdentity(t)
-	a := start(t, ctx, 1, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert}, "")
-	a.wait(t, "node running cluster=unit")
-	caPEM, err := os.ReadFile(a.mgr.pkiFiles().CA())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := pki.ParseCertPEM(caPEM)
-	cl, err := admin.Connect([]string{"127.0.0.1:2379"}, ca, owner)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	a, ca, cl := firstMember(t, ctx, 1, "unit", ownerCert, owner)
 	mint := func(ttl time.Duration) *enrolmentpb.Ticket {
 		tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer tcancel()

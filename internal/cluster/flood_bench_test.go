@@ -22,8 +22,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/admin"
-	"github.com/borough-os/borough/internal/enrolment"
-	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
@@ -47,21 +45,7 @@ func BenchmarkJoinFlood(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ownerCert, owner := ownerIdentity(b)
-	a := start(b, ctx, 1, &enrolment.Enrolment{ClusterName: "bench", Owner: ownerCert}, "")
-	a.wait(b, "node running cluster=bench")
-	caPEM, err := os.ReadFile(a.mgr.pkiFiles().CA())
-	if err != nil {
-		b.Fatal(err)
-	}
-	ca, err := pki.ParseCertPEM(caPEM)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cl, err := admin.Connect([]string{"127.0.0.1:2379"}, ca, owner)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	_, _, cl := firstMember(b, ctx, 1, "bench", ownerCert, owner)
 	tk, err := admin.MintTicket(ctx, cl, admin.TicketParams{}, owner)
 	if err != nil {
 		b.Fatal(err)

@@ -25,7 +25,6 @@ import (
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/espledger"
-	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -245,14 +244,7 @@ func newJoinCrashCluster(t *testing.T, n int, snapshots uint64) *joinCrashCluste
 		cancel()
 		<-leader.done
 	})
-	caPEM, err := os.ReadFile(leader.mgr.pkiFiles().CA())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.ParseCertPEM(caPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := readCA(t, leader)
 	cl, err := admin.Connect([]string{leader.ip.String() + ":2379"}, ca, owner)
 	if err != nil {
 		t.Fatal(err)

@@ -60,9 +60,9 @@ func (mg *Manager) restore(ctx context.Context, cluster, name string) (*consensu
 		return nil, nil, err
 	}
 	defer os.Remove(got.snapshot)
-	ca, err := parseCA(got.meta)
+	ca, err := pki.ParseCA(got.meta.CA, got.meta.CAKey)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("the backup: %w", err)
 	}
 	rec := &Record{Phase: PhaseBootstrapping, Cluster: cluster, Node: name}
 	cfg := mg.consensusConfig(name, cluster, consensus.ModeNew)
@@ -201,19 +201,6 @@ func checkBackup(m backup.Meta, e *enrolment.Enrolment) error {
 		return errors.New("the backup was made for another owner than the enrolment config's")
 	}
 	return nil
-}
-
-// parseCA is the backup's CA, with its key.
-func parseCA(m backup.Meta) (*pki.CA, error) {
-	cert, err := pki.ParseCertPEM(m.CA)
-	if err != nil {
-		return nil, fmt.Errorf("the backup's CA: %w", err)
-	}
-	key, err := pki.ParseKeyPEM(m.CAKey)
-	if err != nil {
-		return nil, fmt.Errorf("the backup's CA key: %w", err)
-	}
-	return &pki.CA{Cert: cert, Key: key}, nil
 }
 
 // voidOldCluster makes every node record of the backed-up cluster a

@@ -39,14 +39,7 @@ func BenchmarkBackupRestore(b *testing.B) {
 	defer cancel()
 	ownerCert, owner := ownerIdentity(b)
 	key := owner.PrivateKey.(*ecdsa.PrivateKey)
-	old := start(b, ctx, 21, &enrolment.Enrolment{ClusterName: "bench", Owner: ownerCert}, "")
-	old.wait(b, "node running cluster=bench")
-	ca := readCA(b, old)
-	cl, err := admin.Connect([]string{"127.0.0.21:2379"}, ca, owner)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	_, ca, cl := firstMember(b, ctx, 21, "bench", ownerCert, owner)
 	value := make([]byte, benchValue)
 	for i := range benchKeyspace / benchValue {
 		rand.Read(value)

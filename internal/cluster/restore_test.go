@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"os"
@@ -36,14 +37,7 @@ func TestRestoreInProcess(t *testing.T) {
 	defer cancel()
 	ownerCert, owner := ownerIdentity(t)
 	key := owner.PrivateKey.(*ecdsa.PrivateKey)
-	old := start(t, ctx, 11, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert}, "")
-	old.wait(t, "node running cluster=unit")
-	ca := readCA(t, old)
-	cl, err := admin.Connect([]string{"127.0.0.11:2379"}, ca, owner)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	old, ca, cl := firstMember(t, ctx, 11, "unit", ownerCert, owner)
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := cl.Put(ctx, "app/"+k, k); err != nil {
 			t.Fatal(err)
@@ -176,6 +170,22 @@ func readCA(t testing.TB, m *member) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return ca
+}
+
+// firstMember starts member n, which bootstraps cluster for the owner
+// ownerCert, waits until it runs, and returns it, its CA and a client of
+// its client port as owner, closed when t ends.
+func firstMember(t testing.TB, ctx context.Context, n int, cluster string, ownerCert *x509.Certificate, owner tls.Certificate) (*member, *x509.Certificate, *clientv3.Client) {
+	t.Helper()
+	m := start(t, ctx, n, &enrolment.Enrolment{ClusterName: cluster, Owner: ownerCert}, "")
+	m.wait(t, "node running cluster="+cluster)
+	ca := readCA(t, m)
+	cl, err := admin.Connect([]string{m.ip.String() + ":2379"}, ca, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return m, ca, cl
 }
 
 // clusterID is the ID of the cluster cl reaches.

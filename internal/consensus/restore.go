@@ -10,7 +10,8 @@ import (
 
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sys/unix"
+
+	"github.com/borough-os/borough/internal/atomicfile"
 )
 
 // Restore makes cfg's data directory, which must not exist yet, from the
@@ -53,26 +54,8 @@ func Restore(cfg Config, path string) error {
 	if err != nil {
 		return fmt.Errorf("restoring the snapshot %s: %w", path, err)
 	}
-	// Everything restored is on the disk before the rename, and the
-	// rename is before Restore returns (syncfs commits ext4's journal).
-	if err := syncfs(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, cfg.DataDir); err != nil {
+	if err := atomicfile.Rename(tmp, cfg.DataDir); err != nil {
 		return fmt.Errorf("restoring the snapshot: %w", err)
-	}
-	return syncfs(cfg.DataDir)
-}
-
-// syncfs syncs the filesystem dir is on.
-func syncfs(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
 	}
 	return nil
 }

@@ -36,15 +36,11 @@ func ReadCA(ctx context.Context, kv clientv3.KV) (*pki.CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster CA: %w", err)
 	}
-	cert, err := pki.ParseCertPEM(Value(resp, 0))
+	ca, err := pki.ParseCA(Value(resp, 0), Value(resp, 1))
 	if err != nil {
-		return nil, fmt.Errorf("the cluster CA certificate in etcd: %w", err)
+		return nil, fmt.Errorf("the cluster's CA in etcd: %w", err)
 	}
-	key, err := pki.ParseKeyPEM(Value(resp, 1))
-	if err != nil {
-		return nil, fmt.Errorf("the cluster CA key in etcd: %w", err)
-	}
-	return &pki.CA{Cert: cert, Key: key}, nil
+	return ca, nil
 }
 
 // Issue is a certificate the cluster issued to a node, as AddSerial

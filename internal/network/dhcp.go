@@ -151,6 +151,7 @@ func retryAfter(now, deadline time.Time) time.Duration {
 // kernel drops the address (its lifetime is the lease's) and the link
 // keeps asking for a lease.
 func (d *dhcpLink) run(ctx context.Context) error {
+	d.remember()
 	for {
 		t1, t2, expiry := times(d.lease)
 		now := time.Now()
@@ -189,6 +190,7 @@ func (d *dhcpLink) run(ctx context.Context) error {
 			d.log.Error("applying renewed DHCP lease", "err", err)
 			continue
 		}
+		d.remember()
 		if d.advertised && was.IsValid() && was != d.ip {
 			return fmt.Errorf("the advertised address changed from %s to %s: the node restarts into its cluster at the new one", was, d.ip)
 		}
@@ -243,8 +245,14 @@ func (d *dhcpLink) apply(lease *nclient4.Lease) (netip.Addr, []netip.Addr, error
 	if first {
 		d.log.Info("network configured", "address", addr.IPNet.String(), "method", "dhcp", "lease", expiry)
 	}
-	if err := d.leases.remember(d.link.Attrs().HardwareAddr, ip); err != nil {
+	return ip, dns, nil
+}
+
+// remember records the lease's address for the next boot to ask for
+// again. run does it, not apply: a changed address costs the ESP two
+// syncs, which a first boot need not wait for.
+func (d *dhcpLink) remember() {
+	if err := d.leases.remember(d.link.Attrs().HardwareAddr, d.ip); err != nil {
 		d.log.Warn("the next boot will not ask for this address again", "err", err)
 	}
-	return ip, dns, nil
 }

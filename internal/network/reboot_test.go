@@ -112,8 +112,9 @@ func testNet(t *testing.T, dnsmasq string, mac net.HardwareAddr) (netns.NsHandle
 	return h, dir
 }
 
-// bootLink runs a link's DHCP start in ns as a boot does, its address
-// flushed first, and returns the address and what it logged.
+// bootLink runs a link's DHCP in ns as a boot does, its address flushed
+// first: start, then the renewal service (run) for a moment; it returns
+// the address and what it logged.
 func bootLink(t *testing.T, ns netns.NsHandle, leases *Leases) (netip.Addr, string) {
 	t.Helper()
 	type result struct {
@@ -142,6 +143,13 @@ func bootLink(t *testing.T, ns netns.NsHandle, leases *Leases) (netip.Addr, stri
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		ip, _, err := d.start(ctx)
+		if err == nil {
+			// The renewal service starts, remembers the address, and
+			// stops with its context.
+			stopped, stop := context.WithCancel(ctx)
+			stop()
+			d.run(stopped)
+		}
 		done <- result{ip, err}
 	}()
 	r := <-done

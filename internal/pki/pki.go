@@ -71,6 +71,19 @@ func NewCA(cluster string, now time.Time) (*CA, error) {
 	return &CA{Cert: cert, Key: key}, nil
 }
 
+// ParseCA parses a CA kept as its certificate and key, PEM.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	cert, err := ParseCertPEM(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the CA certificate: %w", err)
+	}
+	key, err := ParseKeyPEM(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the CA key: %w", err)
+	}
+	return &CA{Cert: cert, Key: key}, nil
+}
+
 // Issue issues a certificate for a node, good for TLS servers and clients,
 // with the given IP and DNS subject alternative names.
 func (ca *CA) Issue(name string, ips []net.IP, dns []string, now time.Time) (*Cert, error) {
