@@ -53,6 +53,7 @@ func TestMultiNode(t *testing.T) {
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
 	t.Run("rolling update under writes", m.rollingUpdate)
+	t.Run("quorum lost for good", m.quorumLost)
 	t.Run("restore from a backup", m.restoreFromBackup)
 	t.Run("reset a member", m.resetMember)
 }
@@ -361,8 +362,10 @@ func (m *multi) checkWrites(t *testing.T, n *multinode.Node, acked []string, whe
 // new address, tells the cluster, and serves again.
 // coldRestart cuts the power of all three nodes under writes, once the
 // cluster keeps each node's unlock key: one node alone stays locked and
-// says so, with its data partition untouched; with a second, both unlock;
-// the third follows, and no acknowledged write is lost.
+// says so, with its data partition untouched, until its owner sends it
+// its key (borough node unlock, as for a node whose peers are gone for
+// good); with a second, both run; the third follows, and no acknowledged
+// write is lost.
 // rogueMember plays a member compromised while running: node1, through
 // the test build's rogue hook, publishes a CRL that revokes every member,
 // asks node2's holders for node2's shares with a certificate it signed in
@@ -512,6 +515,9 @@ func (m *multi) coldRestart(t *testing.T) {
 	if dataHash(t, nodes[0].Disk()) != before {
 		t.Error("the node alone changed its data partition")
 	}
+	contains(t, "node unlock", cli(t, "--config", m.config, "node", "unlock", nodes[0].API(), "--fingerprint", m.c.Fingerprint),
+		"its cluster unlock key: it opens its data volume")
+	expect(t, nodes[0].VM, bootTimeout, "the owner sent the cluster unlock key")
 	start(nodes[1])
 	for _, n := range nodes[:2] {
 		if err := m.c.WaitRunning(n); err != nil {

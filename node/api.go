@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/enrolment"
@@ -82,15 +84,25 @@ func (l *logs) journalService() supervisor.Service {
 // one the owner handed the cluster over to), or the one the enrolment
 // names while the volume is locked. current is the enrolment config in
 // force: Load's until the data volume confirms it (bringUp), and until
-// then the API acts on nothing.
-func apiService(current *atomic.Pointer[enrolment.Enrolment], mgr *cluster.Manager, lg *logs, about about, requests chan<- int) supervisor.Service {
+// then the API acts on nothing but the owner's unlock. keys is the keeper
+// of the node's cluster unlock key once bringUp has one: while the volume
+// is locked, the API presents the identity on the ESP and takes the
+// owner's unlock.
+func apiService(current *atomic.Pointer[enrolment.Enrolment], keys *atomic.Pointer[clusterkey.Keeper], mgr *cluster.Manager, lg *logs, about about, requests chan<- int) supervisor.Service {
 	owner := func() *x509.Certificate {
 		if o := mgr.Owner(); o != nil {
 			return o
 		}
 		return current.Load().Owner
 	}
-	identity, admission := apiIdentity(mgr)
+	member, admission := apiIdentity(mgr)
+	identity := func() (*tls.Certificate, error) {
+		cert, err := member()
+		if k := keys.Load(); err != nil && k != nil {
+			return k.Identity()
+		}
+		return cert, err
+	}
 	s := &nodeapi.Server{
 		Owner: owner, Identity: identity, Admission: admission, Logs: lg.tree, Journal: lg.journal,
 		Info: func() *nodepb.Info { return about.info(mgr.Status(), current.Load().ClusterName) },
@@ -113,6 +125,19 @@ func apiService(current *atomic.Pointer[enrolment.Enrolment], mgr *cluster.Manag
 			}
 			return &nodepb.RestoreResponse{Cluster: m.Cluster, Revision: m.Revision, Taken: m.Taken.Unix(), SnapshotSha256: m.SnapshotSHA256}, nil
 		},
+		Locked: func() ([]byte, []byte, error) {
+			if k := keys.Load(); k != nil {
+				return k.Locked()
+			}
+			return nil, nil, clusterkey.ErrNotWaiting
+		},
+		Unlock: func(sealed []byte) error {
+			if k := keys.Load(); k != nil {
+				return k.Unlock(sealed)
+			}
+			return clusterkey.ErrNotWaiting
+		},
+		Recover: mgr.Recover,
 		Unconfirmed: func() error {
 			if current.Load().Provisional() {
 				return errors.New("its enrolment record on the ESP is not yet confirmed by its data volume, which is still locked")

@@ -66,9 +66,10 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	}
 	tl.Mark(timeline.Network)
 	var current atomic.Pointer[enrolment.Enrolment]
+	var locked atomic.Pointer[clusterkey.Keeper]
 	current.Store(enrol)
-	failed := []supervisor.Service{{Name: "network", Run: net.Run},
-		apiService(&current, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates}, b.requests)}
+	api := apiService(&current, &locked, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates}, b.requests)
+	failed := []supervisor.Service{{Name: "network", Run: net.Run}, api}
 	ntpServers := enrol.NTPServers
 	if len(ntpServers) == 0 {
 		ntpServers = net.NTPServers()
@@ -98,6 +99,13 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	ledger := openLedger(log, sealer)
 	b.updates.useLedger(ledger)
 	keys := clusterKeys(ctx, log, sealer, ledger, policy, net.IP)
+	keys.WhileLocked = func(ctx context.Context) {
+		log.Info("serving the node API while the data volume is locked: its owner can unlock it (borough node unlock)")
+		if err := supervisor.RunAlone(ctx, log, api); err != nil && ctx.Err() == nil {
+			log.Warn("the node API while the data volume is locked", "err", err)
+		}
+	}
+	locked.Store(keys)
 	if err := st.MountData(storage.Config{
 		TPM:         t,
 		Seals:       book,

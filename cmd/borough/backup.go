@@ -120,7 +120,7 @@ type checkedBackup struct {
 // keys, a CA with its key), writing nothing but a temporary copy of the
 // snapshot.
 func checkBackupFile(path string) (checkedBackup, error) {
-	key, err := ownerBackupKey()
+	key, err := ownerECDSAKey()
 	if err != nil {
 		return checkedBackup{}, err
 	}
@@ -155,15 +155,16 @@ func checkBackupFile(path string) (checkedBackup, error) {
 	return checkedBackup{Meta: meta, caFingerprint: pki.Fingerprint(ca), keys: keys}, nil
 }
 
-// ownerBackupKey is the owner's key, which backups are encrypted to.
-func ownerBackupKey() (*ecdsa.PrivateKey, error) {
+// ownerECDSAKey is the owner's private key, to which backups and the
+// nodes' unlock keys are sealed.
+func ownerECDSAKey() (*ecdsa.PrivateKey, error) {
 	owner, err := ownerKeyPair()
 	if err != nil {
 		return nil, err
 	}
 	key, ok := owner.PrivateKey.(*ecdsa.PrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("the owner key is a %T: backups are encrypted to ECDSA P-256 keys", owner.PrivateKey)
+		return nil, fmt.Errorf("the owner key is a %T: backups and unlock keys are sealed to ECDSA P-256 owner keys", owner.PrivateKey)
 	}
 	return key, nil
 }

@@ -15,10 +15,12 @@ import (
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/proto/enrolmentpb"
+	"github.com/borough-os/borough/proto/nodepb"
 )
 
-// restoreWait is how often `node restore` looks whether the node runs.
-const restoreWait = 2 * time.Second
+// pollEvery is how often `node restore` and `cluster recover` look
+// whether the node runs.
+const pollEvery = 2 * time.Second
 
 func nodeRestoreCommand() *cobra.Command {
 	var config string
@@ -53,7 +55,7 @@ func sendBackup(stdout io.Writer, node, path, config string, timeout time.Durati
 	if err != nil {
 		return err
 	}
-	key, err := ownerBackupKey()
+	key, err := ownerECDSAKey()
 	if err != nil {
 		return err
 	}
@@ -80,7 +82,13 @@ func sendBackup(stdout io.Writer, node, path, config string, timeout time.Durati
 	}
 	fmt.Fprintf(stdout, "%s took the backup of cluster %s (revision %d) in %.1f s; restoring it\n",
 		node, resp.GetCluster(), resp.GetRevision(), time.Since(start).Seconds())
-	return awaitRunning(ctx, stdout, c, start)
+	info, err := awaitRunning(ctx, c, "restoring")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s runs cluster %s as %s, %.1f s after the backup was sent; join others with borough cluster ticket\n",
+		c.Addr, info.GetCluster(), info.GetMember(), time.Since(start).Seconds())
+	return nil
 }
 
 // restoreOf is the restore the enrolment config at path names.
@@ -103,22 +111,21 @@ func restoreOf(path string) (*enrolment.Restore, error) {
 	return e.Restore, nil
 }
 
-// awaitRunning waits until the node c calls runs, saying so.
-func awaitRunning(ctx context.Context, stdout io.Writer, c *nodeapi.Client, start time.Time) error {
+// awaitRunning waits until the node c calls runs its cluster and returns
+// what it says then; doing names what it does meanwhile, for an error.
+func awaitRunning(ctx context.Context, c *nodeapi.Client, doing string) (*nodepb.Info, error) {
 	for {
 		info, err := c.Info(ctx)
 		switch {
 		case err == nil && info.GetState() == string(cluster.StateRunning):
-			fmt.Fprintf(stdout, "%s runs cluster %s as %s, %.1f s after the backup was sent; join others with borough cluster ticket\n",
-				c.Addr, info.GetCluster(), info.GetMember(), time.Since(start).Seconds())
-			return nil
+			return info, nil
 		case err == nil && info.GetState() == string(cluster.StateFailed):
-			return fmt.Errorf("%s failed restoring: %s", c.Addr, info.GetFailure())
+			return nil, fmt.Errorf("%s failed %s: %s", c.Addr, doing, info.GetFailure())
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s does not run the restored cluster yet (last: %v): %w", c.Addr, err, ctx.Err())
-		case <-time.After(restoreWait):
+			return nil, fmt.Errorf("%s does not run its cluster yet, %s (last: %v): %w", c.Addr, doing, err, ctx.Err())
+		case <-time.After(pollEvery):
 		}
 	}
 }

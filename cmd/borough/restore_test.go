@@ -26,24 +26,8 @@ import (
 // than --cluster, and one for a cluster without an owner are refused,
 // and no config is written.
 func TestBootstrapRestore(t *testing.T) {
-	configDir = t.TempDir()
-	t.Setenv(ownerkey.PassphraseEnv, "a test owner's passphrase")
 	var out strings.Builder
-	if err := run([]string{"--config", configDir, "owner", "init"}, &out, &out); err != nil {
-		t.Fatal(err)
-	}
-	owner, err := loadOwnerCert("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := pki.NewOwner("someone else", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.NewCA("prod", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	owner, other, ca := twoOwners(t)
 	dir := t.TempDir()
 	good, meta := writeBackup(t, dir, "good", owner, ca)
 	foreign, _ := writeBackup(t, dir, "foreign", other.Cert, ca)
@@ -92,6 +76,32 @@ func TestBootstrapRestore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// twoOwners makes an owner in a new config directory, with the passphrase
+// in the environment, and returns its certificate, another owner and a
+// cluster CA.
+func twoOwners(t *testing.T) (*x509.Certificate, *pki.Cert, *pki.CA) {
+	t.Helper()
+	configDir = t.TempDir()
+	t.Setenv(ownerkey.PassphraseEnv, "a test owner's passphrase")
+	var out strings.Builder
+	if err := run([]string{"--config", configDir, "owner", "init"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := loadOwnerCert("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewOwner("someone else", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.NewCA("prod", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return owner, other, ca
 }
 
 // writeBackup writes, in dir as name, a backup for owner of a cluster

@@ -99,12 +99,17 @@ type Manager struct {
 	backups   chan received
 	awaiting  atomic.Bool
 	receiving sync.Mutex
+	// serving is the member while its services run; recoverNow wakes a
+	// member that starts, or runs, for the owner's recovery (recover.go).
+	serving    atomic.Pointer[consensus.Consensus]
+	recoverNow chan struct{}
 }
 
 // New returns a manager for a node in state New. log is the node's root
 // logger: transitions are node-level events.
 func New(log *slog.Logger) *Manager {
-	return &Manager{log: log, m: machine{state: StateNew, log: log}, backups: make(chan received)}
+	return &Manager{log: log, m: machine{state: StateNew, log: log}, backups: make(chan received),
+		recoverNow: make(chan struct{}, 1)}
 }
 
 // Fail puts the node in Failed for a reason found before Run, such as a
@@ -179,7 +184,7 @@ func (mg *Manager) serveRestarting(ctx context.Context, c *consensus.Consensus, 
 		case errors.Is(err, consensus.ErrRetime):
 			mg.log.Info("the cluster is growing past one voter: restarting etcd with the cluster's raft timing")
 			mg.retimed = true
-		case errors.Is(err, errHandedOver):
+		case errors.Is(err, errHandedOver), errors.Is(err, errRecovering):
 		default:
 			return err
 		}
@@ -198,6 +203,8 @@ func (mg *Manager) serveRestarting(ctx context.Context, c *consensus.Consensus, 
 // starts its services after the old ones have stopped, so that two
 // escrow loops never write the ESP at once.
 func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Record) error {
+	mg.serving.Store(c)
+	defer mg.serving.Store(nil)
 	js := &join.Server{Client: c.Client, PKI: mg.pkiFiles(), Log: mg.log.With("service", "join")}
 	if mg.cfg.overrides.listenOnIP {
 		js.Addr = net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(join.Port))
@@ -211,6 +218,7 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 		{Name: "ca-key-copy", Run: func(ctx context.Context) error { return mg.keepCAKey(ctx, c) }},
 		{Name: "owner-succession", Run: func(ctx context.Context) error { return mg.followOwner(ctx, c, rec) }},
 		{Name: "ticket-spend", Run: func(context.Context) error { mg.spendTicket(); return nil }},
+		{Name: "recovery", Run: func(ctx context.Context) error { return ends(ctx, mg.awaitRecover(ctx)) }},
 	}
 	if k := mg.cfg.Keys; k != nil {
 		m := clusterkey.Member{Consensus: c, PKI: mg.pkiFiles(), Cluster: rec.Cluster, Node: rec.Node}

@@ -61,6 +61,9 @@ const statusAfter = 10 * time.Second
 // (recordRemoval), and the error says it.
 func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Consensus, error) {
 	c, err := mg.startOrRemoved(ctx, rec)
+	for errors.Is(err, errRecovering) {
+		c, err = mg.startOrRemoved(ctx, rec)
+	}
 	if errors.Is(err, errWasRemoved) {
 		return nil, mg.recordRemoval(rec)
 	}
@@ -79,14 +82,31 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *Record) (*consensus.
 		c   *consensus.Consensus
 		err error
 	}
+	cfg := mg.consensusConfig(rec.Node, rec.Cluster, consensus.ModeRestart)
+	recovered, err := mg.forced(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	done := make(chan result, 1)
 	go func() {
-		c, err := consensus.Start(ctx, mg.consensusConfig(rec.Node, rec.Cluster, consensus.ModeRestart))
+		c, err := consensus.Start(ctx, cfg)
+		if err == nil {
+			if err = recovered(); err != nil {
+				c.Close()
+				c = nil
+			}
+		}
 		done <- result{c, err}
 	}()
 	wait := statusAfter
 	for {
 		select {
+		case <-mg.recoverNow:
+			cancel()
+			if r := <-done; r.c != nil {
+				r.c.Close()
+			}
+			return nil, errRecovering
 		case r := <-done:
 			// etcd also stops when a peer tells it it was removed.
 			if r.err != nil {

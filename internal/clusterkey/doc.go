@@ -29,6 +29,8 @@
 // starts its unlock responder, so that peers can unlock while it waits
 // for its own shares, and Get fetches its shares from the members in the
 // ESP's member directory. A node that has a locally sealed CUK uses it.
+// A node whose holders are gone for good takes the CUK from its owner
+// instead, through the node API it serves while it waits (owner.go).
 //
 // What the node keeps on its ESP for this (esp.Unlock*, esp.EscrowKey):
 // copies of its certificate, the CA's and the CRL, refreshed while it

@@ -53,6 +53,10 @@ type Keeper struct {
 	// IP is the node's address in the cluster on this boot, which Get
 	// compares with the one its peers know.
 	IP netip.Addr
+	// WhileLocked, if set, runs while Get waits for the CUK, until its
+	// context ends: the node API, through which the owner can unlock the
+	// node (owner.go).
+	WhileLocked func(context.Context)
 
 	mu sync.Mutex
 	// cuk is the CUK once storage made or got it: Maintain splits it.
@@ -77,6 +81,8 @@ type Keeper struct {
 	bootErr error
 	// saidWaiting says the node said it waits for its admission.
 	saidWaiting atomic.Bool
+	// waiting is the owner's way in while Get waits for the CUK.
+	waiting *wait
 }
 
 // Boot reads what the node has on its ESP to unlock and to answer its
@@ -247,7 +253,8 @@ func (k *Keeper) New() ([]byte, error) {
 }
 
 // Get implements storage.ClusterKeys: the CUK sealed on the ESP if it is
-// still there, else from the peers, waiting for them as long as it takes.
+// still there, else from the peers, waiting for them as long as it takes,
+// or from the owner (owner.go).
 //
 // A sealed CUK from an earlier epoch is a copy put back from before the
 // cluster took the key (or one a crash left after the epoch moved on): it
@@ -284,7 +291,7 @@ func (k *Keeper) Get() ([]byte, error) {
 	}
 	k.sayIfMoved(addrs)
 	k.Log.Info("asking peers for the cluster unlock key", "needed", e.K, "holders", len(e.Envelopes))
-	cuk, err := unlock.Fetch(context.Background(), k.Log, *k.id, e, addrs)
+	cuk, err := k.await(e, addrs)
 	if err != nil {
 		return nil, err
 	}

@@ -72,10 +72,11 @@ func (k *Keeper) maintain(ctx context.Context, m Member) error {
 
 // sealForOwner writes the node's unlock keys sealed to its owner's key to
 // the ESP, if it has an owner and the ESP does not hold them sealed to
-// that owner yet. The owner is the one the node fixed when it bootstrapped
-// or joined (its PKI files), not the cluster's record in etcd, which any
-// member can write: a member compromised while running must not have
-// every node seal its keys to a key of its own.
+// that owner, bound to the node's key and CUK (for the owner's unlock over
+// the node API), yet. The owner is the one the node fixed when it
+// bootstrapped or joined (its PKI files), not the cluster's record in
+// etcd, which any member can write: a member compromised while running
+// must not have every node seal its keys to a key of its own.
 func (k *Keeper) sealForOwner(m Member) error {
 	k.mu.Lock()
 	luk, cuk := k.luk, k.cuk
@@ -87,16 +88,21 @@ func (k *Keeper) sealForOwner(m Member) error {
 	if owner == nil || err != nil {
 		return err
 	}
-	fp := pki.Fingerprint(owner)
+	cert, err := m.PKI.LoadCert()
+	if err != nil {
+		return err
+	}
+	fp, nodeKey := pki.Fingerprint(owner), pki.KeyHash(cert)
 	var old escrow.OwnerRecovery
-	if b, err := k.Ledger.Read(esp.OwnerRecovery); err == nil && json.Unmarshal(b, &old) == nil && old.Owner == fp {
+	if b, err := k.Ledger.Read(esp.OwnerRecovery); err == nil && json.Unmarshal(b, &old) == nil &&
+		old.Owner == fp && old.Binds(nodeKey) && old.Checks(cuk) {
 		return nil
 	}
 	pub, ok := owner.PublicKey.(*ecdsa.PublicKey)
 	if !ok {
 		return fmt.Errorf("the owner's key is a %T, not ECDSA", owner.PublicKey)
 	}
-	r, err := escrow.SealForOwner(pub, fp, m.Cluster, m.Node, luk, cuk)
+	r, err := escrow.SealForOwner(pub, fp, m.Cluster, m.Node, nodeKey, luk, cuk)
 	if err != nil {
 		return err
 	}

@@ -127,7 +127,7 @@ type Peer struct {
 	PeerURLs []string
 }
 
-// startTimeout bounds how long etcd may take to serve.
+// startTimeout bounds how long a new or joining member may take to serve.
 const startTimeout = 2 * time.Minute
 
 // Config describes the member.
@@ -151,7 +151,11 @@ type Config struct {
 	Alone bool
 	// Peers are the cluster's members, this one among them (ModeJoin).
 	Peers []Peer
-	Log   *slog.Logger
+	// ForceNewCluster restarts the member as its cluster's only member,
+	// with its data (etcd's --force-new-cluster): for a cluster that lost
+	// its quorum for good (ModeRestart only).
+	ForceNewCluster bool
+	Log             *slog.Logger
 	// Snapshots, if set, are how many applied entries make etcd snapshot
 	// its state and compact its raft log (keeping Snapshots/10), instead
 	// of etcd's 10000: tests use it to make a joining member catch up
@@ -190,6 +194,7 @@ func (c Config) embed() *embed.Config {
 	if c.Mode == ModeNew {
 		ec.ClusterState = embed.ClusterStateFlagNew
 	}
+	ec.ForceNewCluster = c.ForceNewCluster && c.Mode == ModeRestart
 	ec.MaxLearners = MaxLearners
 	// No gRPC gateway (etcd's HTTP/JSON translation of its API): owners
 	// use etcdctl, which speaks gRPC, and the gateway is more to attack
@@ -242,8 +247,11 @@ func (c Config) initialCluster(self string) string {
 	return strings.Join(entries, ",")
 }
 
-// Start starts the member and waits until it serves. On failure,
-// everything started is closed.
+// Start starts the member and waits until it serves: a new or joining
+// member for startTimeout, a restarting one as long as it takes (until
+// ctx ends), for its quorum comes back with its peers, however late, or
+// the owner recovers the cluster from it (Config.ForceNewCluster). On
+// failure, everything started is closed.
 func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	if cfg.Alone {
 		cfg.Log.Info("the only member of its cluster: raft with a short election timeout until another member votes",
@@ -263,11 +271,15 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 			e.Close()
 		}
 	}()
+	var expired <-chan time.Time
+	if cfg.Mode != ModeRestart {
+		expired = time.After(startTimeout)
+	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		return nil, fmt.Errorf("etcd failed while starting: %w", err)
-	case <-time.After(startTimeout):
+	case <-expired:
 		return nil, fmt.Errorf("etcd did not become ready within %v", startTimeout)
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -46,6 +46,19 @@ func (f Files) LoadOwner() (*x509.Certificate, error) {
 	return owner, nil
 }
 
+// LoadCert reads the node's certificate.
+func (f Files) LoadCert() (*x509.Certificate, error) {
+	b, err := os.ReadFile(f.Cert())
+	if err != nil {
+		return nil, err
+	}
+	cert, err := pki.ParseCertPEM(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Cert(), err)
+	}
+	return cert, nil
+}
+
 // CAKey is the node's copy of the cluster CA's key, with which it gives
 // itself a new certificate when its address changed while it was down
 // (see package keyspace for who holds the CA key, and why).

@@ -90,7 +90,7 @@ func (c *Client) post(ctx context.Context, timeout time.Duration, path string, b
 	if err != nil {
 		return nil, fmt.Errorf("node API at %s: %w", c.Addr, err)
 	}
-	if err := c.checkAdmission(resp); err != nil {
+	if err := c.checkAdmission(path, resp); err != nil {
 		resp.Body.Close()
 		return nil, fmt.Errorf("node API at %s: %w", c.Addr, err)
 	}
@@ -104,9 +104,12 @@ func (c *Client) post(ctx context.Context, timeout time.Duration, path string, b
 
 // checkAdmission checks, for a node checked against its cluster CA, that
 // its answer carries its admission by the owner of the key of the
-// certificate it presented, under the name that certificate names.
-func (c *Client) checkAdmission(resp *http.Response) error {
-	if c.CA == nil || resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+// certificate it presented, under the name that certificate names. A
+// locked node's admission is on its locked volume: Locked's caller checks
+// the node's key against the node's record sealed to the owner instead,
+// and Unlock sends only a key sealed to the key a checked node gave.
+func (c *Client) checkAdmission(path string, resp *http.Response) error {
+	if c.CA == nil || resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 || path == pathLocked || path == pathUnlock {
 		return nil
 	}
 	if len(c.Owner.Certificate) == 0 {
@@ -189,6 +192,35 @@ func (c *Client) Restore(ctx context.Context, body io.Reader) (*nodepb.RestoreRe
 	}
 	var resp nodepb.RestoreResponse
 	return &resp, c.answer(r, &resp)
+}
+
+// Locked asks a node that waits for its cluster unlock key for what its
+// owner needs to send it, and returns it with the certificate the node
+// presented, whose key the caller must check against the record.
+func (c *Client) Locked(ctx context.Context) (*nodepb.Locked, *x509.Certificate, error) {
+	r, err := c.call(ctx, requestTimeout, pathLocked, &nodepb.LockedRequest{})
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		r.Body.Close()
+		return nil, nil, fmt.Errorf("node API at %s: no certificate", c.Addr)
+	}
+	peer := r.TLS.PeerCertificates[0]
+	var resp nodepb.Locked
+	return &resp, peer, c.answer(r, &resp)
+}
+
+// Unlock sends the node the cluster unlock key, sealed to the key Locked
+// gave.
+func (c *Client) Unlock(ctx context.Context, sealed []byte) error {
+	return c.unary(ctx, pathUnlock, &nodepb.UnlockRequest{Sealed: sealed}, &nodepb.UnlockResponse{})
+}
+
+// Recover asks a member whose cluster lost its quorum for good to become
+// its only member, with its data.
+func (c *Client) Recover(ctx context.Context) error {
+	return c.unary(ctx, pathRecover, &nodepb.RecoverRequest{}, &nodepb.RecoverResponse{})
 }
 
 // Logs calls f with each entry req selects, and with follow each new one,

@@ -1,6 +1,8 @@
 // Package nodeapi is the node's API for its owner: its log (read and
-// followed), what it is (version, state, boot timeline, hardware), and
-// reboot and power-off.
+// followed), what it is (version, state, boot timeline, hardware), reboot
+// and power-off, updates, reset, restore, and the disaster's two steps:
+// the owner's unlock of a node that waits for its unlock key, and the
+// recovery of a cluster from one member.
 //
 // It is HTTPS with protobuf bodies (proto/node.proto), like the unlock and
 // join protocols, on a port of its own (Port), rather than gRPC: the node
@@ -50,6 +52,9 @@ const (
 	pathUpdate  = "/v1/update"
 	pathRestore = "/v1/restore"
 	pathReset   = "/v1/reset"
+	pathLocked  = "/v1/locked"
+	pathUnlock  = "/v1/unlock"
+	pathRecover = "/v1/recover"
 )
 
 // maxBody bounds a request; maxUpdate an update, which carries a boot
@@ -89,6 +94,17 @@ type Server struct {
 	// (package reset), or says why it will not; the node API then
 	// answers and calls Power to reboot.
 	Reset func(force bool) error
+	// Locked, if set, returns what the owner needs to unlock a node that
+	// waits for its cluster unlock key, or why it cannot
+	// (clusterkey.Keeper.Locked); Unlock takes the key the owner sends.
+	// Both answer while the node does not yet trust its owner: a locked
+	// node cannot, and the owner's tool checks the node's key against
+	// the record before it sends anything.
+	Locked func() (record, key []byte, err error)
+	Unlock func(sealed []byte) error
+	// Recover, if set, makes the member its cluster's only member, with
+	// its data, or says why it will not (cluster.Manager.Recover).
+	Recover func() error
 	// Unconfirmed, if set, says why the node does not yet trust the owner
 	// Owner returns, or nil once it does: an established node reads its
 	// owner from the ESP, which nobody authenticates, before its data
@@ -165,6 +181,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathUpdate, s.update)
 	mux.HandleFunc("POST "+pathRestore, s.restore)
 	mux.HandleFunc("POST "+pathReset, s.reset)
+	mux.HandleFunc("POST "+pathLocked, s.locked)
+	mux.HandleFunc("POST "+pathUnlock, s.unlock)
+	mux.HandleFunc("POST "+pathRecover, s.recover)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Admission != nil {
 			if a := s.Admission(); a != nil {
@@ -299,6 +318,60 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		f.Flush()
 	}
 	s.Power(nodepb.PowerRequest_ACTION_REBOOT)
+}
+
+// locked answers what the owner needs to unlock the node.
+func (s *Server) locked(w http.ResponseWriter, r *http.Request) {
+	var req nodepb.LockedRequest
+	if !read(w, r, &req) {
+		return
+	}
+	if s.Locked == nil {
+		http.Error(w, "this node is not waiting for its unlock key", http.StatusConflict)
+		return
+	}
+	record, key, err := s.Locked()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	reply(w, &nodepb.Locked{OwnerRecovery: record, Key: key})
+}
+
+// unlock hands the node the cluster unlock key its owner sent.
+func (s *Server) unlock(w http.ResponseWriter, r *http.Request) {
+	var req nodepb.UnlockRequest
+	if !read(w, r, &req) {
+		return
+	}
+	if s.Unlock == nil {
+		http.Error(w, "this node is not waiting for its unlock key", http.StatusConflict)
+		return
+	}
+	if err := s.Unlock(req.GetSealed()); err != nil {
+		s.Log.Warn("refused an unlock key from the owner", "err", err)
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	reply(w, &nodepb.UnlockResponse{})
+}
+
+// recover makes the member its cluster's only member.
+func (s *Server) recover(w http.ResponseWriter, r *http.Request) {
+	var req nodepb.RecoverRequest
+	if !read(w, r, &req) || s.refuseUnconfirmed(w) {
+		return
+	}
+	if s.Recover == nil {
+		http.Error(w, "this node recovers no cluster", http.StatusConflict)
+		return
+	}
+	if err := s.Recover(); err != nil {
+		s.Log.Warn("refused to recover the cluster", "err", err)
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	reply(w, &nodepb.RecoverResponse{})
 }
 
 func actionName(a nodepb.PowerRequest_Action) string {

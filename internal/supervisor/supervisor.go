@@ -67,6 +67,13 @@ func Logger(ctx context.Context) *slog.Logger {
 	return slog.Default()
 }
 
+// RunAlone runs s outside any supervisor until ctx ends, with the logger
+// Run would give it: for a service needed before the supervisor starts
+// (the node API, while a node waits for the key to its data volume).
+func RunAlone(ctx context.Context, log *slog.Logger, s Service) error {
+	return s.Run(context.WithValue(ctx, loggerKey{}, log.With(console.ServiceKey, s.Name)))
+}
+
 type service struct {
 	Service
 	log *slog.Logger

@@ -1,0 +1,56 @@
+//go:build boot
+
+package boottest
+
+import (
+	"testing"
+	"time"
+)
+
+// quorumLost plays a cluster that loses two of its three voters for good.
+// The survivor, powered off and on again, waits for shares its lost peers
+// hold; its owner sends it its key over its node API (`borough node
+// unlock`) and makes it the cluster's only member with its data
+// (`borough cluster recover`), which removes and revokes the lost nodes.
+// It holds every write acknowledged before the loss and takes new ones.
+func (m *multi) quorumLost(t *testing.T) {
+	nodes := m.c.Nodes[:3]
+	survivor := nodes[0]
+	for _, n := range nodes {
+		awaitEscrow(t, n)
+	}
+	w := startWriter(t, m.client(t, nodes...))
+	for deadline := time.Now().Add(time.Minute); w.count() < 20; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d acknowledged writes in a minute", w.count())
+		}
+	}
+	acked := w.stop()
+	// A linearizable read through the survivor: it has applied every
+	// acknowledged write before its peers go.
+	ctx := timeout(t, 10*time.Minute)
+	if _, err := m.client(t, survivor).Get(ctx, "load/"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		n.VM.Kill()
+	}
+	if err := m.c.Restart(ctx, survivor); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, survivor.VM, bootTimeout, "borough: unlock: warning: waiting for unlock: 0 of")
+	contains(t, "node unlock", cli(t, "--config", m.config, "node", "unlock", survivor.API(), "--fingerprint", m.c.Fingerprint),
+		"its cluster unlock key: it opens its data volume")
+	expect(t, survivor.VM, bootTimeout, "etcd is not ready yet")
+	out := cli(t, "--config", m.config, "cluster", "recover", survivor.API(), "--cluster", survivor.Endpoint(),
+		"--fingerprint", m.c.Fingerprint)
+	t.Log(out)
+	contains(t, "cluster recover", out, "serves alone; removing the 2 nodes lost", "runs on")
+	if err := m.c.WaitRunning(survivor); err != nil {
+		t.Fatal(err)
+	}
+	m.checkWrites(t, survivor, acked, "after the recovery")
+	if _, err := m.client(t, survivor).Put(ctx, "recovered", "yes"); err != nil {
+		t.Errorf("a write to the recovered cluster: %v", err)
+	}
+}
