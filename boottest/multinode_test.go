@@ -32,6 +32,7 @@ import (
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
+	"github.com/borough-os/borough/qemu"
 	"github.com/borough-os/borough/qemu/multinode"
 )
 
@@ -357,9 +358,10 @@ func (m *multi) checkWrites(t *testing.T, n *multinode.Node, acked []string, whe
 	}
 }
 
-// newAddress powers node 3 off, gives it another LAN address (as a new
-// DHCP lease would) and boots it: it gives itself a certificate for the
-// new address, tells the cluster, and serves again.
+// newAddress gives node 3 another LAN address through its node API
+// (`borough node network`): it reboots to try it, gives itself a
+// certificate for the new address, tells the cluster, serves again, and
+// keeps it. Settings it cannot bring up it tries, and goes back.
 // coldRestart cuts the power of all three nodes under writes, once the
 // cluster keeps each node's unlock key: one node alone stays locked and
 // says so, with its data partition untouched, until its owner sends it
@@ -590,28 +592,21 @@ func awaitEscrow(t testing.TB, n *multinode.Node) {
 
 func (m *multi) newAddress(t *testing.T) {
 	n := m.c.Nodes[2]
-	if err := n.VM.PowerOff(powerTimeout); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(filepath.Dir(n.Disk()), "enrolment.pb")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg enrolmentpb.Config
-	if err := proto.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
 	const moved = "10.77.0.33"
-	cfg.GetNetwork().GetInterfaces()[1].GetStatic().Addresses = []string{moved + "/24"}
-	if err := os.WriteFile(path, marshal(t, &cfg), 0o600); err != nil {
+	out := cli(t, "--config", m.config, "node", "network", n.API(), "--fingerprint", m.c.Fingerprint,
+		"--link", "mac="+qemu.UserMAC+",dhcp", "--link", "mac="+n.MAC()+",address="+moved+"/24,advertise")
+	contains(t, "node network", out, "reboots to try the new network")
+	expect(t, n.VM, bootTimeout, "network settings from the owner's change, on trial", "borough: state New -> Restarting",
+		"the node's address changed; gave it a new certificate", "told the cluster the node's new address address="+moved)
+	if err := m.c.WaitRunning(n); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.c.Start(context.Background(), n, path); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, n.VM, bootTimeout, "borough: state New -> Restarting", "the node's address changed; gave it a new certificate",
-		"told the cluster the node's new address address="+moved)
+	expect(t, n.VM, bootTimeout, "on the owner's new network: keeping it")
+	// Settings whose link is not there: the trial boot goes back.
+	cli(t, "--config", m.config, "node", "network", n.API(), "--fingerprint", m.c.Fingerprint,
+		"--link", "mac=52:54:00:ff:ff:ff,address=10.77.0.34/24,advertise")
+	expect(t, n.VM, bootTimeout, "the owner's new network does not come up: rebooting onto the network the node had",
+		"dropping it and going back to the network it had")
 	if err := m.c.WaitRunning(n); err != nil {
 		t.Fatal(err)
 	}

@@ -62,6 +62,14 @@ const (
 	// (JSON): the node asks for them again at its next boot. They grant
 	// nothing: a server checks the request against its own leases.
 	DHCPLeases File = Dir + "/dhcp-leases.json"
+	// Network is the network the owner set on the running node (package
+	// netconfig, JSON), kept once the node reached its cluster with it:
+	// it stands for the enrolment config's network settings.
+	Network File = Dir + "/network.json"
+	// NetworkTrial is a network the owner asked the node to try at its
+	// next boot (package netconfig, JSON), until it reaches its cluster
+	// with it or goes back.
+	NetworkTrial File = Dir + "/network-trial.json"
 	// ResetRequest says the owner asked the node to erase itself and come
 	// back to its first boot (package reset); it goes once that is done.
 	ResetRequest File = Dir + "/reset-requested"

@@ -25,6 +25,7 @@ import (
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/timeline"
+	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
@@ -79,16 +80,31 @@ func (l *logs) journalService() supervisor.Service {
 	}}
 }
 
+// apiParts are what the node API acts on.
+type apiParts struct {
+	// current is the enrolment config in force: Load's until the data
+	// volume confirms it (bringUp), and until then the API acts on
+	// nothing but the owner's unlock.
+	current *atomic.Pointer[enrolment.Enrolment]
+	// keys is the keeper of the node's cluster unlock key once bringUp
+	// has one: while the volume is locked, the API presents the identity
+	// on the ESP and takes the owner's unlock.
+	keys *atomic.Pointer[clusterkey.Keeper]
+	mgr  *cluster.Manager
+	logs *logs
+	// requests takes reboot and power-off requests.
+	requests chan<- int
+	// network writes the owner's network settings to try at a reboot.
+	network func(*enrolmentpb.Network) error
+	about   about
+}
+
 // apiService is the node API for the cluster's owner: the one on the data
 // volume (the enrolment's, the one the cluster gave a joined node, or the
 // one the owner handed the cluster over to), or the one the enrolment
-// names while the volume is locked. current is the enrolment config in
-// force: Load's until the data volume confirms it (bringUp), and until
-// then the API acts on nothing but the owner's unlock. keys is the keeper
-// of the node's cluster unlock key once bringUp has one: while the volume
-// is locked, the API presents the identity on the ESP and takes the
-// owner's unlock.
-func apiService(current *atomic.Pointer[enrolment.Enrolment], keys *atomic.Pointer[clusterkey.Keeper], mgr *cluster.Manager, lg *logs, about about, requests chan<- int) supervisor.Service {
+// names while the volume is locked.
+func apiService(p apiParts) supervisor.Service {
+	current, keys, mgr, lg, about, requests := p.current, p.keys, p.mgr, p.logs, p.about, p.requests
 	owner := func() *x509.Certificate {
 		if o := mgr.Owner(); o != nil {
 			return o
@@ -138,6 +154,7 @@ func apiService(current *atomic.Pointer[enrolment.Enrolment], keys *atomic.Point
 			return clusterkey.ErrNotWaiting
 		},
 		Recover: mgr.Recover,
+		Network: p.network,
 		Unconfirmed: func() error {
 			if current.Load().Provisional() {
 				return errors.New("its enrolment record on the ESP is not yet confirmed by its data volume, which is still locked")

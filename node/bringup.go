@@ -18,7 +18,9 @@ import (
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/hardware"
 	"github.com/borough-os/borough/internal/keyfile"
+	"github.com/borough-os/borough/internal/netconfig"
 	"github.com/borough-os/borough/internal/network"
+	"github.com/borough-os/borough/internal/pid1"
 	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
@@ -58,19 +60,35 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	}
 	logEnrolment(log, enrol)
 	ctx := context.Background()
-	net, err := network.Up(ctx, log.With(console.ServiceKey, "network"), enrol.Interfaces,
+	policy, sealer, ledger, err := openSeals(log, t, enrol, b.updates)
+	if err != nil {
+		return nil, err
+	}
+	settings, err := netconfig.Load(log.With(console.ServiceKey, "network"), ledger, enrol)
+	if err != nil {
+		return nil, err
+	}
+	if settings.From != netconfig.FromEnrolment {
+		log.Info("network settings from " + settings.From)
+	}
+	net, err := network.Up(ctx, log.With(console.ServiceKey, "network"), settings.Interfaces,
 		&network.Leases{Path: esp.DHCPLeases.In(storage.ESPRoot)})
 	if err != nil {
 		mgr.Fail(fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw)))
+		rollBackIfTrial(log, settings, b.requests)
 		return nil, nil
 	}
 	tl.Mark(timeline.Network)
+	go settings.Watch(ctx, log.With(console.ServiceKey, "network"), netconfig.Window, mgr.Healthy,
+		func() { request(b.requests, pid1.ExitReboot) })
 	var current atomic.Pointer[enrolment.Enrolment]
 	var locked atomic.Pointer[clusterkey.Keeper]
 	current.Store(enrol)
-	api := apiService(&current, &locked, mgr, b.logs, about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates}, b.requests)
+	api := apiService(apiParts{current: &current, keys: &locked, mgr: mgr, logs: b.logs, requests: b.requests,
+		about:   about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates},
+		network: settings.Propose})
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}, api}
-	ntpServers := enrol.NTPServers
+	ntpServers := settings.NTPServers
 	if len(ntpServers) == 0 {
 		ntpServers = net.NTPServers()
 	}
@@ -86,19 +104,8 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		mgr.Fail(err)
 		return failed, nil
 	}
-	policy := enrol.StoragePolicy
-	if enrol.Provisional() {
-		policy = storage.KeyPolicy(storage.ESPRoot, policy)
-	}
-	book, err := sealBook(log, t, policy)
-	if err != nil {
-		return nil, err
-	}
-	b.updates.useSeals(book)
-	sealer := &seals.Sealer{Book: book}
-	ledger := openLedger(log, sealer)
-	b.updates.useLedger(ledger)
 	keys := clusterKeys(ctx, log, sealer, ledger, policy, net.IP)
+	keys.GiveUp = settings.Expired()
 	keys.WhileLocked = func(ctx context.Context) {
 		log.Info("serving the node API while the data volume is locked: its owner can unlock it (borough node unlock)")
 		if err := supervisor.RunAlone(ctx, log, api); err != nil && ctx.Err() == nil {
@@ -108,7 +115,7 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	locked.Store(keys)
 	if err := st.MountData(storage.Config{
 		TPM:         t,
-		Seals:       book,
+		Seals:       sealer.Book,
 		Policy:      policy,
 		ClusterKeys: keys,
 		LocalKey:    keys.SetLocalKey,
@@ -144,6 +151,35 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		services = append(services, *confirm)
 	}
 	return services, nil
+}
+
+// rollBackIfTrial reboots a node whose network failed on a trial of the
+// owner's settings: its next boot goes back to the ones it had.
+func rollBackIfTrial(log *slog.Logger, s *netconfig.Settings, requests chan<- int) {
+	if s.Trial {
+		log.Warn("the owner's new network does not come up: rebooting onto the network the node had")
+		request(requests, pid1.ExitReboot)
+	}
+}
+
+// openSeals returns the storage policy the node's keys are sealed under
+// and what seals them to its TPM (package seals), and opens the ESP's
+// ledger (package espledger), which authenticates the node's own state on
+// the ESP, its network settings among it: both before the network.
+func openSeals(log *slog.Logger, t *tpm.TPM, enrol *enrolment.Enrolment, updates *updater) (keyfile.TPMPolicy, *seals.Sealer, *espledger.Ledger, error) {
+	policy := enrol.StoragePolicy
+	if enrol.Provisional() {
+		policy = storage.KeyPolicy(storage.ESPRoot, policy)
+	}
+	book, err := sealBook(log, t, policy)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	updates.useSeals(book)
+	sealer := &seals.Sealer{Book: book}
+	ledger := openLedger(log, sealer)
+	updates.useLedger(ledger)
+	return policy, sealer, ledger, nil
 }
 
 // confirmEnrolment matches the enrolment record Load read from the ESP to

@@ -32,22 +32,31 @@ func enrolmentCommand() *cobra.Command {
 type nodeFlags struct {
 	noOwnerRecovery   bool
 	from, out, policy string
-	iface, gw4, gw6   string
-	addresses, dns    []string
-	links, ntp        []string
+	networkFlags
+}
+
+// networkFlags set a node's network.
+type networkFlags struct {
+	iface, gw4, gw6 string
+	addresses, dns  []string
+	links, ntp      []string
 }
 
 func (f *nodeFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.from, "from", "", "prototext config to start from")
 	c.Flags().StringVar(&f.out, "out", "enrolment.pb", "file to write")
 	c.Flags().StringVar(&f.policy, "storage-policy", "", "TPM use for the data volume: best-effort, required or disabled")
+	c.Flags().BoolVar(&f.noOwnerRecovery, "no-owner-recovery", false,
+		"do not seal the node's unlock keys to the cluster owner's key (then nobody can open its disk alone)")
+	f.networkFlags.add(c)
+}
+
+func (f *networkFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.iface, "interface", "", "static network: the link to configure")
 	c.Flags().StringSliceVar(&f.addresses, "address", nil, "static network: address with prefix length, e.g. 192.0.2.10/24 (repeatable)")
 	c.Flags().StringVar(&f.gw4, "gateway4", "", "static network: IPv4 default gateway")
 	c.Flags().StringVar(&f.gw6, "gateway6", "", "static network: IPv6 default gateway")
 	c.Flags().StringSliceVar(&f.dns, "dns", nil, "static network: name server (repeatable)")
-	c.Flags().BoolVar(&f.noOwnerRecovery, "no-owner-recovery", false,
-		"do not seal the node's unlock keys to the cluster owner's key (then nobody can open its disk alone)")
 	c.Flags().StringSliceVar(&f.ntp, "ntp", nil, "NTP server, host or host:port, that sets the node's clock (repeatable; default: those DHCP offers)")
 	c.Flags().StringArrayVar(&f.links, "link", nil, "one of several links: name=IFACE|mac=MAC, then dhcp or address=ADDR/LEN[,gateway4=GW], and advertise on exactly one; e.g. mac=52:54:00:0b:00:01,address=10.77.0.1/24,advertise (repeatable)")
 }
@@ -83,8 +92,28 @@ func (f *nodeFlags) apply(c *enrolmentpb.Config) error {
 		}
 		c.StoragePolicy = p
 	}
+	n, err := f.network()
+	if err != nil {
+		return err
+	}
+	switch {
+	case n == nil:
+	case n.GetConfig() == nil && len(n.GetInterfaces()) == 0 && c.Network != nil:
+		// --ntp alone keeps the links of --from.
+		c.Network.NtpServers = n.GetNtpServers()
+	default:
+		c.Network = n
+	}
+	if f.noOwnerRecovery {
+		c.NoOwnerRecovery = true
+	}
+	return nil
+}
+
+// network returns the network the flags give; nil if they give none.
+func (f *networkFlags) network() (*enrolmentpb.Network, error) {
 	if len(f.addresses) > 0 && len(f.links) > 0 {
-		return fmt.Errorf("--address and --link are two forms of the network config: give one")
+		return nil, fmt.Errorf("--address and --link are two forms of the network config: give one")
 	}
 	if len(f.addresses) == 0 {
 		for _, fl := range []struct {
@@ -92,35 +121,33 @@ func (f *nodeFlags) apply(c *enrolmentpb.Config) error {
 			set  bool
 		}{{"--interface", f.iface != ""}, {"--gateway4", f.gw4 != ""}, {"--gateway6", f.gw6 != ""}, {"--dns", len(f.dns) > 0}} {
 			if fl.set {
-				return fmt.Errorf("%s sets the static network, which needs --address: give it, or drop %s", fl.name, fl.name)
+				return nil, fmt.Errorf("%s sets the static network, which needs --address: give it, or drop %s", fl.name, fl.name)
 			}
 		}
 	}
+	var n *enrolmentpb.Network
 	if len(f.addresses) > 0 {
-		c.Network = &enrolmentpb.Network{Config: &enrolmentpb.Network_Static{Static: &enrolmentpb.Static{
+		n = &enrolmentpb.Network{Config: &enrolmentpb.Network_Static{Static: &enrolmentpb.Static{
 			Interface: f.iface, Addresses: f.addresses, Gateway4: f.gw4, Gateway6: f.gw6, Dns: f.dns,
 		}}}
 	}
 	if len(f.links) > 0 {
-		c.Network = &enrolmentpb.Network{}
+		n = &enrolmentpb.Network{}
 		for _, spec := range f.links {
 			l, err := parseLink(spec)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			c.Network.Interfaces = append(c.Network.Interfaces, l)
+			n.Interfaces = append(n.Interfaces, l)
 		}
-	}
-	if f.noOwnerRecovery {
-		c.NoOwnerRecovery = true
 	}
 	if len(f.ntp) > 0 {
-		if c.Network == nil {
-			c.Network = &enrolmentpb.Network{}
+		if n == nil {
+			n = &enrolmentpb.Network{}
 		}
-		c.Network.NtpServers = f.ntp
+		n.NtpServers = f.ntp
 	}
-	return nil
+	return n, nil
 }
 
 // parseLink parses a --link value.

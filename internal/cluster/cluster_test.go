@@ -402,7 +402,7 @@ func replayRemoved(t *testing.T, ctx context.Context, m *member, tk *enrolmentpb
 }
 
 // nodeName reads the node's name from its record.
-func (mg *Manager) nodeName(t *testing.T) string {
+func (mg *Manager) nodeName(t testing.TB) string {
 	r, err := readRecord(mg.dataRecord())
 	if err != nil || r == nil {
 		t.Fatalf("reading the node state record: %v", err)

@@ -57,6 +57,11 @@ type Keeper struct {
 	// context ends: the node API, through which the owner can unlock the
 	// node (owner.go).
 	WhileLocked func(context.Context)
+	// GiveUp, if set, ends Get's wait for the CUK with an error once it
+	// is closed: a boot that tries new network settings and cannot reach
+	// its peers with them goes back to the ones it had (package
+	// netconfig).
+	GiveUp <-chan struct{}
 
 	mu sync.Mutex
 	// cuk is the CUK once storage made or got it: Maintain splits it.

@@ -170,3 +170,28 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestGiveUp: a boot that gives up on its network (package netconfig)
+// ends the wait for the CUK with an error, and the wait's service.
+func TestGiveUp(t *testing.T) {
+	peers := newPeers(t, 3)
+	self := peers[0]
+	root := lockedESP(t, self, peers[1:], bytes.Repeat([]byte{0xc5}, 32))
+	giveUp := make(chan struct{})
+	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Log: slog.New(slog.DiscardHandler),
+		id: &self.id, GiveUp: giveUp}
+	done := make(chan error, 1)
+	go func() {
+		_, err := k.Get()
+		done <- err
+	}()
+	close(giveUp)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "gave up") {
+			t.Errorf("Get = %v, want an error saying it gave up", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Get still waits 10 s after GiveUp closed")
+	}
+}

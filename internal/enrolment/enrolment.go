@@ -204,10 +204,7 @@ func Check(c *enrolmentpb.Config, now time.Time) (*Enrolment, error) {
 		return nil, err
 	}
 	e.StoragePolicy = policy
-	if e.Interfaces, err = checkNetwork(c.GetNetwork()); err != nil {
-		return nil, err
-	}
-	if e.NTPServers, err = checkNTP(c.GetNetwork().GetNtpServers()); err != nil {
+	if e.Interfaces, e.NTPServers, err = CheckNetwork(c.GetNetwork()); err != nil {
 		return nil, err
 	}
 	e.OwnerRecovery = !c.GetNoOwnerRecovery()
@@ -241,6 +238,21 @@ func checkNTP(servers []string) ([]string, error) {
 		}
 	}
 	return servers, nil
+}
+
+// CheckNetwork checks network settings, of a config or of the owner's
+// change to a running node's (package netconfig), and returns the links
+// and NTP servers they give.
+func CheckNetwork(n *enrolmentpb.Network) ([]Interface, []string, error) {
+	ifaces, err := checkNetwork(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	ntp, err := checkNTP(n.GetNtpServers())
+	if err != nil {
+		return nil, nil, err
+	}
+	return ifaces, ntp, nil
 }
 
 // checkNetwork checks either form of the network config.

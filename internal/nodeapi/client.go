@@ -21,6 +21,7 @@ import (
 
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
@@ -221,6 +222,11 @@ func (c *Client) Unlock(ctx context.Context, sealed []byte) error {
 // its only member, with its data.
 func (c *Client) Recover(ctx context.Context) error {
 	return c.unary(ctx, pathRecover, &nodepb.RecoverRequest{}, &nodepb.RecoverResponse{})
+}
+
+// Network sends the node network settings to try at a reboot it starts.
+func (c *Client) Network(ctx context.Context, n *enrolmentpb.Network) error {
+	return c.unary(ctx, pathNetwork, &nodepb.NetworkRequest{Network: n}, &nodepb.NetworkResponse{})
 }
 
 // Logs calls f with each entry req selects, and with follow each new one,

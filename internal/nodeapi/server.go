@@ -38,6 +38,7 @@ import (
 
 	"github.com/borough-os/borough/internal/httpsserve"
 	"github.com/borough-os/borough/internal/logtree"
+	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
@@ -55,6 +56,7 @@ const (
 	pathLocked  = "/v1/locked"
 	pathUnlock  = "/v1/unlock"
 	pathRecover = "/v1/recover"
+	pathNetwork = "/v1/network"
 )
 
 // maxBody bounds a request; maxUpdate an update, which carries a boot
@@ -105,6 +107,10 @@ type Server struct {
 	// Recover, if set, makes the member its cluster's only member, with
 	// its data, or says why it will not (cluster.Manager.Recover).
 	Recover func() error
+	// Network, if set, writes network settings for the node to try at
+	// the reboot the API then asks for (package netconfig), or says why
+	// it will not.
+	Network func(*enrolmentpb.Network) error
 	// Unconfirmed, if set, says why the node does not yet trust the owner
 	// Owner returns, or nil once it does: an established node reads its
 	// owner from the ESP, which nobody authenticates, before its data
@@ -184,6 +190,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathLocked, s.locked)
 	mux.HandleFunc("POST "+pathUnlock, s.unlock)
 	mux.HandleFunc("POST "+pathRecover, s.recover)
+	mux.HandleFunc("POST "+pathNetwork, s.network)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Admission != nil {
 			if a := s.Admission(); a != nil {
@@ -372,6 +379,29 @@ func (s *Server) recover(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(w, &nodepb.RecoverResponse{})
+}
+
+// network has the node try network settings at a reboot.
+func (s *Server) network(w http.ResponseWriter, r *http.Request) {
+	var req nodepb.NetworkRequest
+	if !read(w, r, &req) || s.refuseUnconfirmed(w) {
+		return
+	}
+	if s.Network == nil {
+		http.Error(w, "this node takes no network settings", http.StatusConflict)
+		return
+	}
+	if err := s.Network(req.GetNetwork()); err != nil {
+		s.Log.Warn("refused network settings", "err", err)
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	s.Log.Info("the owner sent network settings: rebooting to try them")
+	reply(w, &nodepb.NetworkResponse{})
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	s.Power(nodepb.PowerRequest_ACTION_REBOOT)
 }
 
 func actionName(a nodepb.PowerRequest_Action) string {

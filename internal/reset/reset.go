@@ -48,7 +48,7 @@ const headerBytes = 2 << 20
 var state = []esp.File{
 	esp.SealedLocalKey, esp.ClusterKeyEscrow, esp.LedgerKey, esp.UnlockKey, esp.EscrowKey,
 	esp.OwnerRecovery, esp.CUKEscrow, esp.UnlockCert, esp.UnlockCA, esp.UnlockCRL,
-	esp.NodeState, esp.MemberDirectory, esp.Ledger, esp.DHCPLeases,
+	esp.NodeState, esp.MemberDirectory, esp.Ledger, esp.DHCPLeases, esp.Network, esp.NetworkTrial,
 	esp.EnrolmentConfig, esp.AppliedEnrolment,
 }
 
