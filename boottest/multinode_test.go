@@ -577,13 +577,15 @@ func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
 }
 
 // awaitEscrow waits until the cluster keeps n's unlock key: n split it
-// among its peers in this boot, or got it from them.
+// among its peers in this boot, or got it from them, or from its owner
+// while its peers were down (the peers hold it still).
 func awaitEscrow(t testing.TB, n *multinode.Node) {
 	t.Helper()
 	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
 		c := n.VM.Console()
 		if strings.Contains(c, "borough: unlock: the cluster keeps this node's unlock key") ||
-			strings.Contains(c, "borough: unlock: cluster unlock key recovered") {
+			strings.Contains(c, "borough: unlock: cluster unlock key recovered") ||
+			strings.Contains(c, "borough: unlock: the owner sent the cluster unlock key") {
 			return
 		}
 	}

@@ -41,7 +41,7 @@ func (m *multi) quorumLost(t *testing.T) {
 	expect(t, survivor.VM, bootTimeout, "borough: unlock: warning: waiting for unlock: 0 of")
 	contains(t, "node unlock", cli(t, "--config", m.config, "node", "unlock", survivor.API(), "--fingerprint", m.c.Fingerprint),
 		"its cluster unlock key: it opens its data volume")
-	expect(t, survivor.VM, bootTimeout, "etcd is not ready yet")
+	expect(t, survivor.VM, bootTimeout, "borough: state New -> Restarting")
 	out := cli(t, "--config", m.config, "cluster", "recover", survivor.API(), "--cluster", survivor.Endpoint(),
 		"--fingerprint", m.c.Fingerprint)
 	t.Log(out)

@@ -111,7 +111,8 @@ func (m *multi) restoreFromBackup(t *testing.T) {
 // erases itself at a reboot
 // and comes back to its first boot, where its old config (still in its
 // fw_cfg) is refused, its ticket spent; the owner's escrowed keys of its
-// old volume no longer open it; and it joins again with a new ticket.
+// old volume no longer open it; and it joins again with a new ticket the
+// owner sends through its node API (`borough node enrol`).
 func (m *multi) resetMember(t *testing.T) {
 	r, j := m.restored, m.rejoined
 	if r == nil || j == nil {
@@ -133,9 +134,8 @@ func (m *multi) resetMember(t *testing.T) {
 	expect(t, j.VM, bootTimeout, "borough: reset: zeroed the data volume's header",
 		"borough: reset: the node is erased; rebooting into its first boot", "borough: node failed:",
 		"borough: power: watching power button")
-	if err := j.VM.PowerOff(powerTimeout); err != nil {
-		t.Fatal(err)
-	}
+	// The failed node leaves its data partition alone: it is read as it
+	// runs.
 	luk, cuk, err := old.Open(m.owner(t).PrivateKey.(*ecdsa.PrivateKey))
 	if err != nil {
 		t.Fatal(err)
@@ -156,9 +156,8 @@ func (m *multi) resetMember(t *testing.T) {
 	tk, cfg := filepath.Join(dir, "ticket.pb"), filepath.Join(dir, "join.pb")
 	cli(t, "--config", m.config, "cluster", "ticket", r.Endpoint(), "--fingerprint", m.c.Fingerprint, "--out", tk)
 	cli(t, append([]string{"--config", m.config, "enrolment", "join", "--ticket", tk, "--out", cfg}, links(j)...)...)
-	if err := m.c.Start(context.Background(), j, cfg); err != nil {
-		t.Fatal(err)
-	}
+	contains(t, "node enrol", cli(t, "--config", m.config, "node", "enrol", j.API(), cfg, "--unverified"),
+		"reboots into its first boot with "+cfg)
 	if err := m.c.WaitRunning(j); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,10 @@ const (
 	// EnrolmentConfig is the node's enrolment config, when it was put on
 	// the ESP rather than passed through QEMU's fw_cfg.
 	EnrolmentConfig File = Dir + "/enrolment.pb"
+	// PushedEnrolment is an enrolment config the owner sent a node that
+	// has no data volume yet through its node API (borough node enrol):
+	// it comes before fw_cfg's and the ESP's.
+	PushedEnrolment File = Dir + "/enrolment-pushed.pb"
 	// AppliedEnrolment is the enrolment config the node applied on its
 	// first boot, which it runs from on every later boot; empty when it
 	// had none (internal/enrolment).
@@ -70,6 +74,11 @@ const (
 	// next boot (package netconfig, JSON), until it reaches its cluster
 	// with it or goes back.
 	NetworkTrial File = Dir + "/network-trial.json"
+	// ResetOwner is the certificate of the owner who reset the node
+	// (PEM): a node reset without an enrolment config in fw_cfg or on its
+	// ESP waits for one from that owner, through its node API, rather
+	// than found a cluster of its own with no owner (package reset).
+	ResetOwner File = Dir + "/reset-owner.pem"
 	// ResetRequest says the owner asked the node to erase itself and come
 	// back to its first boot (package reset); it goes once that is done.
 	ResetRequest File = Dir + "/reset-requested"

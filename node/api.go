@@ -96,7 +96,10 @@ type apiParts struct {
 	requests chan<- int
 	// network writes the owner's network settings to try at a reboot.
 	network func(*enrolmentpb.Network) error
-	about   about
+	// fresh says that the node has no data volume yet: it takes an
+	// enrolment config from the owner.
+	fresh bool
+	about about
 }
 
 // apiService is the node API for the cluster's owner: the one on the data
@@ -132,7 +135,7 @@ func apiService(p apiParts) supervisor.Service {
 				return fmt.Errorf("the node is member %s of cluster %s (%s): remove it from the cluster first "+
 					"(borough node reset does, given --cluster), or force the reset", st.Member, st.Cluster, st.State)
 			}
-			return reset.Request(storage.ESPRoot)
+			return reset.Request(storage.ESPRoot, owner())
 		},
 		Restore: func(ctx context.Context, r io.Reader) (*nodepb.RestoreResponse, error) {
 			m, err := mgr.ReceiveBackup(ctx, r)
@@ -147,6 +150,12 @@ func apiService(p apiParts) supervisor.Service {
 			}
 			return nil, nil, clusterkey.ErrNotWaiting
 		},
+		SealedOwner: func() string {
+			if k := keys.Load(); k != nil {
+				return k.SealedOwner()
+			}
+			return ""
+		},
 		Unlock: func(sealed []byte) error {
 			if k := keys.Load(); k != nil {
 				return k.Unlock(sealed)
@@ -155,6 +164,13 @@ func apiService(p apiParts) supervisor.Service {
 		},
 		Recover: mgr.Recover,
 		Network: p.network,
+		Enrol: func(config []byte) error {
+			if st := mgr.Status().State; !p.fresh || st != cluster.StateNew && st != cluster.StateFailed {
+				return errors.New("the node has a data volume: an enrolment config applies to a node's first boot only " +
+					"(borough node reset erases the node first)")
+			}
+			return enrolment.Push(config, storage.ESPRoot, time.Now())
+		},
 		Unconfirmed: func() error {
 			if current.Load().Provisional() {
 				return errors.New("its enrolment record on the ESP is not yet confirmed by its data volume, which is still locked")

@@ -86,8 +86,13 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	current.Store(enrol)
 	api := apiService(apiParts{current: &current, keys: &locked, mgr: mgr, logs: b.logs, requests: b.requests,
 		about:   about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates},
-		network: settings.Propose})
+		network: settings.Propose, fresh: st.Fresh()})
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}, api}
+	if enrol.AwaitsConfig {
+		mgr.Fail(errors.New("reset by its owner, " + enrol.OwnerName() + ": waiting for an enrolment config " +
+			"(borough node enrol, or in fw_cfg or on the ESP)"))
+		return failed, nil
+	}
 	ntpServers := settings.NTPServers
 	if len(ntpServers) == 0 {
 		ntpServers = net.NTPServers()
@@ -213,6 +218,10 @@ func withoutDrivers(err error, hw hardware.Report) error {
 }
 
 func logEnrolment(log *slog.Logger, e *enrolment.Enrolment) {
+	if e.AwaitsConfig {
+		log.Info("no enrolment config: the node was reset by its owner, and waits for one from it", "owner", e.OwnerName())
+		return
+	}
 	if e.Source == "none" {
 		log.Warn("no enrolment config (fw_cfg or ESP): bootstrapping cluster " + e.ClusterName +
 			" with NO OWNER; only this node's local clients can reach it")

@@ -152,7 +152,7 @@ fresh disk) to join again.`,
 		},
 	}
 	rm.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
-	c.AddCommand(rm, nodeRestoreCommand(), nodeResetCommand(), nodeUnlockCommand(), nodeNetworkCommand())
+	c.AddCommand(rm, nodeRestoreCommand(), nodeResetCommand(), nodeUnlockCommand(), nodeNetworkCommand(), nodeEnrolCommand())
 	c.AddCommand(nodeAPICommands()...)
 	return c
 }

@@ -23,7 +23,9 @@ import (
 // gets its CUK, sealed to its wait's key; a machine presenting another
 // key under the node's name (a member with the CA's key, or a copy of the
 // disk elsewhere) with the node's genuine record gets nothing, nor does a
-// node whose record is sealed to another owner.
+// node whose record is sealed to another owner. A node whose cluster was
+// handed over to the owner since its config takes the owner its record
+// is sealed to.
 func TestNodeUnlock(t *testing.T) {
 	var out strings.Builder
 	owner, other, ca := twoOwners(t)
@@ -33,19 +35,25 @@ func TestNodeUnlock(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		presents tls.Certificate
-		sealedTo *ecdsa.PublicKey
-		wantErr  string
+		sealedTo *x509.Certificate
+		// config is the owner of the node's enrolment config.
+		config  *x509.Certificate
+		wantErr string
 	}{
-		{"the node", node, owner.PublicKey.(*ecdsa.PublicKey), ""},
-		{"another key under its name", posing, owner.PublicKey.(*ecdsa.PublicKey), "refusing to unlock"},
-		{"a record of another owner", node, other.Cert.PublicKey.(*ecdsa.PublicKey), "not sealed to this owner key"},
+		{"the node", node, owner, owner, ""},
+		{"another key under its name", posing, owner, owner, "refusing to unlock"},
+		{"a record of another owner", node, other.Cert, owner, "not sealed to this owner key"},
+		// The cluster was handed over to this owner: the node's config
+		// names the one before, its record the one it resealed to.
+		{"the owner its record is sealed to", node, owner, other.Cert, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := escrow.SealForOwner(tc.sealedTo, "sha256:owner", "prod", "node-00000001", pki.KeyHash(node.Leaf), nil, cuk)
+			r, err := escrow.SealForOwner(tc.sealedTo.PublicKey.(*ecdsa.PublicKey), pki.Fingerprint(tc.sealedTo), "prod",
+				"node-00000001", pki.KeyHash(node.Leaf), nil, cuk)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := lockedNode(t, owner, tc.presents, r)
+			got := lockedNode(t, tc.config, tc.presents, r)
 			err = run([]string{"--config", configDir, "node", "unlock", got.addr, "--fingerprint", pki.Fingerprint(ca.Cert)}, &out, &out)
 			switch {
 			case tc.wantErr == "" && err != nil:
@@ -80,9 +88,10 @@ func lockedNode(t *testing.T, owner *x509.Certificate, cert tls.Certificate, r *
 	}
 	got := make(chan []byte, 1)
 	s := &nodeapi.Server{
-		Owner:    func() *x509.Certificate { return owner },
-		Identity: func() (*tls.Certificate, error) { return &cert, nil },
-		Locked:   func() ([]byte, []byte, error) { return raw, pub, nil },
+		Owner:       func() *x509.Certificate { return owner },
+		Identity:    func() (*tls.Certificate, error) { return &cert, nil },
+		Locked:      func() ([]byte, []byte, error) { return raw, pub, nil },
+		SealedOwner: func() string { return r.Owner },
 		Unlock: func(sealed []byte) error {
 			cuk, err := escrow.OpenOwnerUnlock(priv, r, sealed)
 			if err == nil {

@@ -103,6 +103,8 @@ type Manager struct {
 	// member that starts, or runs, for the owner's recovery (recover.go).
 	serving    atomic.Pointer[consensus.Consensus]
 	recoverNow chan struct{}
+	// recovering orders a recovery's request and the start it forces.
+	recovering sync.Mutex
 }
 
 // New returns a manager for a node in state New. log is the node's root

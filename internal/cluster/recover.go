@@ -78,6 +78,8 @@ func (mg *Manager) Recover() error {
 		return errors.New("the member has a leader: its cluster has its quorum; remove the members that are " +
 			"gone with borough node remove instead (forcing this member alone would split the cluster in two)")
 	}
+	mg.recovering.Lock()
+	defer mg.recovering.Unlock()
 	r, err := mg.readRecovery()
 	if err != nil {
 		return err
@@ -99,9 +101,17 @@ func (mg *Manager) Recover() error {
 // forced says whether the member must start forced (a recorded request not
 // yet done), and marks it done once ready says the member runs.
 func (mg *Manager) forced(cfg *consensus.Config) (ready func() error, err error) {
+	mg.recovering.Lock()
+	defer mg.recovering.Unlock()
 	r, err := mg.readRecovery()
 	if err != nil || r == nil || !r.Done.IsZero() {
 		return func() error { return nil }, err
+	}
+	// This start is the one the request asked for: a wake-up sent with it
+	// would restart the member once more.
+	select {
+	case <-mg.recoverNow:
+	default:
 	}
 	cfg.ForceNewCluster, cfg.Alone = true, true
 	mg.log.Warn("recovering: starting etcd as its cluster's only member, with its data (etcd's --force-new-cluster)")

@@ -69,6 +69,17 @@ func (k *Keeper) Locked() (record, key []byte, err error) {
 	}
 }
 
+// SealedOwner returns, while Get waits for the CUK, the fingerprint of the
+// owner the node's record is sealed to; "" otherwise.
+func (k *Keeper) SealedOwner() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if w := k.waiting; w != nil && w.why == nil {
+		return w.record.Owner
+	}
+	return ""
+}
+
 // Unlock hands Get the CUK the owner sealed to the wait's key, once it
 // checks against the node's record.
 func (k *Keeper) Unlock(sealed []byte) error {

@@ -49,6 +49,9 @@ type Enrolment struct {
 	// Owner is the owner's certificate, or nil for a cluster without one
 	// (and for a joining node, which learns it from the cluster).
 	Owner *x509.Certificate
+	// AwaitsConfig says that the node was reset by Owner and has no
+	// config: it waits for one from Owner, through its node API.
+	AwaitsConfig bool
 	// Ticket is set when the node joins a cluster; its form is checked,
 	// its validity is the cluster's to judge.
 	Ticket *enrolmentpb.Ticket
@@ -121,10 +124,20 @@ func fieldErr(field, format string, args ...any) error {
 // sourceNone is the source of the default config.
 const sourceNone = "none"
 
-// read returns where the config comes from and its bytes: fw_cfg, else the
-// ESP, else sourceNone and no bytes.
+// read returns where the config comes from and its bytes: the one the
+// owner sent through the node API (the owner's latest word: it comes
+// before the machine's fw_cfg, which may still hold a config the node
+// spent before a reset), else fw_cfg, else the ESP, else sourceNone and no
+// bytes.
 func read(espRoot string) (string, []byte, error) {
-	b, err := fwcfg.Read(fwcfg.Enrolment)
+	b, err := os.ReadFile(esp.PushedEnrolment.In(espRoot))
+	if err == nil {
+		return "the owner's node API (ESP " + string(esp.PushedEnrolment) + ")", b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", nil, fmt.Errorf("reading the enrolment config the owner sent: %w", err)
+	}
+	b, err = fwcfg.Read(fwcfg.Enrolment)
 	if err == nil {
 		return "fw_cfg " + fwcfg.Enrolment, b, nil
 	}

@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"filippo.io/age"
 
@@ -97,5 +99,82 @@ func TestSpend(t *testing.T) {
 		if _, err := Load(slog.New(slog.DiscardHandler), espRoot, true); !errors.Is(err, ErrSpent) {
 			t.Errorf("a fresh node with a spent %T config: %v, want %v", config.GetMode(), err, ErrSpent)
 		}
+	}
+}
+
+// TestPush: the owner's config sent through the node API is written for
+// the next boot, and comes before the config on the ESP; one that does
+// not parse, whose ticket expired or was spent, is refused, and nothing
+// is written.
+func TestPush(t *testing.T) {
+	good := marshal(t, join(validTicket(t)))
+	spent, _, err := spend(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		config []byte
+		at     time.Time
+		want   string
+	}{
+		{"a join config", good, now.Add(-time.Minute), ""},
+		{"an expired ticket", good, now.Add(time.Minute), "its ticket expired"},
+		{"a spent ticket", spent, now.Add(-time.Minute), ErrSpent.Error()},
+		{"not a config", []byte("not a config"), now, "is not a valid config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			espRoot := t.TempDir()
+			write(t, espRoot, string(esp.EnrolmentConfig), marshal(t, bootstrap("other", nil)))
+			err := Push(tc.config, espRoot, tc.at)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Push = %v, want an error saying %q", err, tc.want)
+				}
+				if _, err := os.Stat(esp.PushedEnrolment.In(espRoot)); err == nil {
+					t.Error("Push wrote a config it refused")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := Load(slog.New(slog.DiscardHandler), espRoot, true)
+			if err != nil || e.ClusterName != "prod" || !strings.Contains(e.Source, "node API") {
+				t.Errorf("a fresh boot after the push loads %+v, %v; want the pushed config", e, err)
+			}
+		})
+	}
+}
+
+// TestResetOwner: a fresh node that its owner reset, without a config,
+// waits for one from that owner; given one, it takes it, and forgets the
+// owner of the reset once it has a data volume.
+func TestResetOwner(t *testing.T) {
+	owner, err := pki.NewOwner("owner", now.AddDate(0, -1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := slog.New(slog.DiscardHandler)
+	espRoot := t.TempDir()
+	write(t, espRoot, string(esp.ResetOwner), pki.CertPEM(owner.Cert))
+	e, err := Load(lg, espRoot, true)
+	if err != nil || !e.AwaitsConfig || e.Owner == nil || !e.Owner.Equal(owner.Cert) {
+		t.Fatalf("a reset node without a config loads %+v, %v; want it waiting for its owner's", e, err)
+	}
+	if err := Push(marshal(t, join(validTicket(t))), espRoot, now.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if e, err = Load(lg, espRoot, true); err != nil || e.AwaitsConfig || e.Ticket == nil {
+		t.Fatalf("with the owner's config: %+v, %v", e, err)
+	}
+	if _, err := os.Stat(esp.ResetOwner.In(espRoot)); err != nil {
+		t.Errorf("the owner of the reset is gone before the node has a data volume: %v", err)
+	}
+	if _, err := Confirm(lg, e, espRoot, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(esp.ResetOwner.In(espRoot)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the owner of the reset is still on the ESP: %v", err)
 	}
 }

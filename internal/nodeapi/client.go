@@ -229,6 +229,12 @@ func (c *Client) Network(ctx context.Context, n *enrolmentpb.Network) error {
 	return c.unary(ctx, pathNetwork, &nodepb.NetworkRequest{Network: n}, &nodepb.NetworkResponse{})
 }
 
+// Enrol sends a node that has no data volume an enrolment config, which
+// it takes at a reboot it starts.
+func (c *Client) Enrol(ctx context.Context, config []byte) error {
+	return c.unary(ctx, pathEnrol, &nodepb.EnrolRequest{Config: config}, &nodepb.EnrolResponse{})
+}
+
 // Logs calls f with each entry req selects, and with follow each new one,
 // until the node ends the stream (nil) or ctx ends (ctx's error).
 func (c *Client) Logs(ctx context.Context, req *nodepb.LogsRequest, f func(*nodepb.LogEntry)) error {

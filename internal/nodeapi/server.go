@@ -38,6 +38,7 @@ import (
 
 	"github.com/borough-os/borough/internal/httpsserve"
 	"github.com/borough-os/borough/internal/logtree"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/nodepb"
 )
@@ -57,14 +58,17 @@ const (
 	pathUnlock  = "/v1/unlock"
 	pathRecover = "/v1/recover"
 	pathNetwork = "/v1/network"
+	pathEnrol   = "/v1/enrol"
 )
 
-// maxBody bounds a request; maxUpdate an update, which carries a boot
+// maxBody bounds a request; maxConfig an enrolment config, which carries
+// certificates and a ticket; maxUpdate an update, which carries a boot
 // binary and a node payload and is held in memory while it is checked:
 // 64 MiB is some three times today's pair, and fits beside the running
 // pair on the 128 MiB ESP of images built before esp.Size grew.
 const (
 	maxBody   = 4 << 10
+	maxConfig = 64 << 10
 	maxUpdate = 64 << 20
 )
 
@@ -104,6 +108,13 @@ type Server struct {
 	// the record before it sends anything.
 	Locked func() (record, key []byte, err error)
 	Unlock func(sealed []byte) error
+	// SealedOwner, if set, returns the fingerprint of the owner a locked
+	// node's keys are sealed to, or "": a client with that certificate is
+	// the owner too. Until the data volume opens, Owner is the enrolment
+	// config's, and the cluster may have been handed over since; the node
+	// reseals its keys to the new owner at a hand-over, and its record of
+	// that, on the ESP, is authenticated by its ledger.
+	SealedOwner func() string
 	// Recover, if set, makes the member its cluster's only member, with
 	// its data, or says why it will not (cluster.Manager.Recover).
 	Recover func() error
@@ -111,6 +122,10 @@ type Server struct {
 	// the reboot the API then asks for (package netconfig), or says why
 	// it will not.
 	Network func(*enrolmentpb.Network) error
+	// Enrol, if set, writes an enrolment config for the node's next boot
+	// (a node without a data volume), or says why it will not; the API
+	// then asks for a reboot.
+	Enrol func(config []byte) error
 	// Unconfirmed, if set, says why the node does not yet trust the owner
 	// Owner returns, or nil once it does: an established node reads its
 	// owner from the ESP, which nobody authenticates, before its data
@@ -160,14 +175,30 @@ func (s *Server) tlsConfig() *tls.Config {
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			owner := s.Owner()
 			switch {
+			case len(raw) == 0:
+				return errNotOwner
+			case owner != nil && bytes.Equal(raw[0], owner.Raw), s.sealedOwner(raw[0]):
+				return nil
 			case owner == nil:
 				return errNoOwner
-			case len(raw) == 0 || !bytes.Equal(raw[0], owner.Raw):
-				return errNotOwner
 			}
-			return nil
+			return errNotOwner
 		},
 	}
+}
+
+// sealedOwner says whether the certificate raw is the owner a locked
+// node's keys are sealed to.
+func (s *Server) sealedOwner(raw []byte) bool {
+	if s.SealedOwner == nil {
+		return false
+	}
+	fp := s.SealedOwner()
+	if fp == "" {
+		return false
+	}
+	c, err := x509.ParseCertificate(raw)
+	return err == nil && pki.Fingerprint(c) == fp
 }
 
 // AdmissionHeader carries the node's admission by its owner
@@ -191,6 +222,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathUnlock, s.unlock)
 	mux.HandleFunc("POST "+pathRecover, s.recover)
 	mux.HandleFunc("POST "+pathNetwork, s.network)
+	mux.HandleFunc("POST "+pathEnrol, s.enrol)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.Admission != nil {
 			if a := s.Admission(); a != nil {
@@ -258,11 +290,7 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Log.Info("the owner asked for " + actionName(req.GetAction()))
-	reply(w, &nodepb.PowerResponse{})
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
-	s.Power(req.GetAction())
+	s.replyThenPower(w, &nodepb.PowerResponse{}, req.GetAction())
 }
 
 func (s *Server) update(w http.ResponseWriter, r *http.Request) {
@@ -277,11 +305,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Log.Info("update installed; rebooting into it on trial", "slot", resp.GetSlot(), "version", resp.GetVersion())
-	reply(w, resp)
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
-	s.Power(nodepb.PowerRequest_ACTION_REBOOT)
+	s.replyThenPower(w, resp, nodepb.PowerRequest_ACTION_REBOOT)
 }
 
 // restore hands the backup in the body to the node, which checks it
@@ -320,11 +344,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Log.Info("the owner asked for a reset: rebooting to erase the node", "force", req.GetForce())
-	reply(w, &nodepb.ResetResponse{})
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
-	s.Power(nodepb.PowerRequest_ACTION_REBOOT)
+	s.replyThenPower(w, &nodepb.ResetResponse{}, nodepb.PowerRequest_ACTION_REBOOT)
 }
 
 // locked answers what the owner needs to unlock the node.
@@ -397,11 +417,37 @@ func (s *Server) network(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Log.Info("the owner sent network settings: rebooting to try them")
-	reply(w, &nodepb.NetworkResponse{})
+	s.replyThenPower(w, &nodepb.NetworkResponse{}, nodepb.PowerRequest_ACTION_REBOOT)
+}
+
+// enrol has a node without a data volume take an enrolment config at a
+// reboot.
+func (s *Server) enrol(w http.ResponseWriter, r *http.Request) {
+	var req nodepb.EnrolRequest
+	if !readUpTo(w, r, &req, maxConfig) || s.refuseUnconfirmed(w) {
+		return
+	}
+	if s.Enrol == nil {
+		http.Error(w, "this node takes no enrolment config", http.StatusConflict)
+		return
+	}
+	if err := s.Enrol(req.GetConfig()); err != nil {
+		s.Log.Warn("refused an enrolment config", "err", err)
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	s.Log.Info("the owner sent an enrolment config: rebooting to take it")
+	s.replyThenPower(w, &nodepb.EnrolResponse{}, nodepb.PowerRequest_ACTION_REBOOT)
+}
+
+// replyThenPower answers m, and once the answer is sent reboots the node
+// or powers it off.
+func (s *Server) replyThenPower(w http.ResponseWriter, m proto.Message, a nodepb.PowerRequest_Action) {
+	reply(w, m)
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
-	s.Power(nodepb.PowerRequest_ACTION_REBOOT)
+	s.Power(a)
 }
 
 func actionName(a nodepb.PowerRequest_Action) string {

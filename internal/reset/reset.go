@@ -23,10 +23,14 @@
 //     TPM's own anti-rollback.
 //
 // What the reset leaves: the boot binaries and node payloads (the image),
-// the update record, the entropy seed and the release statement.
+// the update record, the entropy seed and the release statement; and it
+// writes the certificate of the owner who asked for it (esp.ResetOwner):
+// the node then waits for an enrolment config from its owner if it has
+// none in fw_cfg or on its ESP, instead of founding an ownerless cluster.
 package reset
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +40,7 @@ import (
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/tpm"
 )
 
@@ -49,12 +54,18 @@ var state = []esp.File{
 	esp.SealedLocalKey, esp.ClusterKeyEscrow, esp.LedgerKey, esp.UnlockKey, esp.EscrowKey,
 	esp.OwnerRecovery, esp.CUKEscrow, esp.UnlockCert, esp.UnlockCA, esp.UnlockCRL,
 	esp.NodeState, esp.MemberDirectory, esp.Ledger, esp.DHCPLeases, esp.Network, esp.NetworkTrial,
-	esp.EnrolmentConfig, esp.AppliedEnrolment,
+	esp.EnrolmentConfig, esp.PushedEnrolment, esp.AppliedEnrolment,
 }
 
-// Request marks the node for a reset at its next boot.
-func Request(espRoot string) error {
-	if err := atomicfile.Write(esp.ResetRequest.In(espRoot), []byte("reset\n"), 0o600); err != nil {
+// Request marks the node for a reset at its next boot by owner (nil for
+// a node without one), whom the node, reset, waits for an enrolment
+// config from (esp.ResetOwner).
+func Request(espRoot string, owner *x509.Certificate) error {
+	mark := []byte("reset\n")
+	if owner != nil {
+		mark = pki.CertPEM(owner)
+	}
+	if err := atomicfile.Write(esp.ResetRequest.In(espRoot), mark, 0o600); err != nil {
 		return fmt.Errorf("asking for a reset: %w", err)
 	}
 	return nil
@@ -80,6 +91,9 @@ func Erase(log *slog.Logger, data, espRoot string, t *tpm.TPM) error {
 		}
 	}
 	log.Info("erased the node's keys, escrow, certificates, records and enrolment from the ESP")
+	if err := keepOwner(espRoot); err != nil {
+		return err
+	}
 	if t != nil {
 		epoch, err := t.Advance()
 		if err != nil {
@@ -89,6 +103,22 @@ func Erase(log *slog.Logger, data, espRoot string, t *tpm.TPM) error {
 	}
 	if err := atomicfile.Remove(esp.ResetRequest.In(espRoot)); err != nil {
 		return fmt.Errorf("removing the reset's mark: %w", err)
+	}
+	return nil
+}
+
+// keepOwner writes the owner the mark names, if it names one, as the one
+// the node waits for an enrolment config from.
+func keepOwner(espRoot string) error {
+	mark, err := os.ReadFile(esp.ResetRequest.In(espRoot))
+	if err != nil {
+		return err
+	}
+	if _, err := pki.ParseCertPEM(mark); err != nil {
+		return nil
+	}
+	if err := atomicfile.Write(esp.ResetOwner.In(espRoot), mark, 0o600); err != nil {
+		return fmt.Errorf("keeping the owner who reset the node: %w", err)
 	}
 	return nil
 }

@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/tpm"
 	"github.com/borough-os/borough/internal/tpmtest"
 )
@@ -17,7 +19,8 @@ import (
 // TestErase erases a node with a TPM (the simulator): the data
 // partition's header is zeros and the rest untouched; every state file on
 // the ESP is gone and the image's files stay; a secret sealed before does
-// not unseal after; and the mark is gone, last.
+// not unseal after; the mark is gone, last; and the owner who asked is
+// on the ESP, for the node to wait for a config from.
 func TestErase(t *testing.T) {
 	tp := tpmtest.New(t, 11)
 	epoch, err := tp.Epoch()
@@ -44,7 +47,11 @@ func TestErase(t *testing.T) {
 	for _, f := range append(append([]esp.File{}, state...), kept...) {
 		write(t, root, f)
 	}
-	if err := Request(root); err != nil || !Requested(root) {
+	owner, err := pki.NewOwner("owner", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Request(root, owner.Cert); err != nil || !Requested(root) {
 		t.Fatalf("Request = %v; Requested = %v", err, Requested(root))
 	}
 
@@ -73,6 +80,9 @@ func TestErase(t *testing.T) {
 	}
 	if Requested(root) {
 		t.Error("the reset's mark is still there")
+	}
+	if b, err := os.ReadFile(esp.ResetOwner.In(root)); err != nil || !bytes.Equal(b, pki.CertPEM(owner.Cert)) {
+		t.Errorf("the owner who reset the node, on the ESP: %q, %v", b, err)
 	}
 }
 

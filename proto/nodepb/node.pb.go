@@ -1287,6 +1287,96 @@ func (*NetworkResponse) Descriptor() ([]byte, []int) {
 	return file_node_proto_rawDescGZIP(), []int{20}
 }
 
+// EnrolRequest carries an enrolment config (borough.enrolment.Config,
+// binary) for a node that has no data volume yet, such as one reset
+// (`borough node enrol`): the node checks it, and takes it at the reboot
+// it starts, before fw_cfg's or the ESP's.
+type EnrolRequest struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	Config []byte `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+}
+
+func (x *EnrolRequest) Reset() {
+	*x = EnrolRequest{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_node_proto_msgTypes[21]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *EnrolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnrolRequest) ProtoMessage() {}
+
+func (x *EnrolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[21]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnrolRequest.ProtoReflect.Descriptor instead.
+func (*EnrolRequest) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *EnrolRequest) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+// EnrolResponse says the node wrote the config; it reboots after it.
+type EnrolResponse struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+}
+
+func (x *EnrolResponse) Reset() {
+	*x = EnrolResponse{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_node_proto_msgTypes[22]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *EnrolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnrolResponse) ProtoMessage() {}
+
+func (x *EnrolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_proto_msgTypes[22]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnrolResponse.ProtoReflect.Descriptor instead.
+func (*EnrolResponse) Descriptor() ([]byte, []int) {
+	return file_node_proto_rawDescGZIP(), []int{22}
+}
+
 var File_node_proto protoreflect.FileDescriptor
 
 var file_node_proto_rawDesc = []byte{
@@ -1394,11 +1484,14 @@ var file_node_proto_rawDesc = []byte{
 	0x18, 0x01, 0x20, 0x01, 0x28, 0x0b, 0x32, 0x1a, 0x2e, 0x62, 0x6f, 0x72, 0x6f, 0x75, 0x67, 0x68,
 	0x2e, 0x65, 0x6e, 0x72, 0x6f, 0x6c, 0x6d, 0x65, 0x6e, 0x74, 0x2e, 0x4e, 0x65, 0x74, 0x77, 0x6f,
 	0x72, 0x6b, 0x52, 0x07, 0x6e, 0x65, 0x74, 0x77, 0x6f, 0x72, 0x6b, 0x22, 0x11, 0x0a, 0x0f, 0x4e,
-	0x65, 0x74, 0x77, 0x6f, 0x72, 0x6b, 0x52, 0x65, 0x73, 0x70, 0x6f, 0x6e, 0x73, 0x65, 0x42, 0x2c,
-	0x5a, 0x2a, 0x67, 0x69, 0x74, 0x68, 0x75, 0x62, 0x2e, 0x63, 0x6f, 0x6d, 0x2f, 0x62, 0x6f, 0x72,
-	0x6f, 0x75, 0x67, 0x68, 0x2d, 0x6f, 0x73, 0x2f, 0x62, 0x6f, 0x72, 0x6f, 0x75, 0x67, 0x68, 0x2f,
-	0x70, 0x72, 0x6f, 0x74, 0x6f, 0x2f, 0x6e, 0x6f, 0x64, 0x65, 0x70, 0x62, 0x62, 0x06, 0x70, 0x72,
-	0x6f, 0x74, 0x6f, 0x33,
+	0x65, 0x74, 0x77, 0x6f, 0x72, 0x6b, 0x52, 0x65, 0x73, 0x70, 0x6f, 0x6e, 0x73, 0x65, 0x22, 0x26,
+	0x0a, 0x0c, 0x45, 0x6e, 0x72, 0x6f, 0x6c, 0x52, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x12, 0x16,
+	0x0a, 0x06, 0x63, 0x6f, 0x6e, 0x66, 0x69, 0x67, 0x18, 0x01, 0x20, 0x01, 0x28, 0x0c, 0x52, 0x06,
+	0x63, 0x6f, 0x6e, 0x66, 0x69, 0x67, 0x22, 0x0f, 0x0a, 0x0d, 0x45, 0x6e, 0x72, 0x6f, 0x6c, 0x52,
+	0x65, 0x73, 0x70, 0x6f, 0x6e, 0x73, 0x65, 0x42, 0x2c, 0x5a, 0x2a, 0x67, 0x69, 0x74, 0x68, 0x75,
+	0x62, 0x2e, 0x63, 0x6f, 0x6d, 0x2f, 0x62, 0x6f, 0x72, 0x6f, 0x75, 0x67, 0x68, 0x2d, 0x6f, 0x73,
+	0x2f, 0x62, 0x6f, 0x72, 0x6f, 0x75, 0x67, 0x68, 0x2f, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x2f, 0x6e,
+	0x6f, 0x64, 0x65, 0x70, 0x62, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
 }
 
 var (
@@ -1414,7 +1507,7 @@ func file_node_proto_rawDescGZIP() []byte {
 }
 
 var file_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_node_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_node_proto_goTypes = []interface{}{
 	(PowerRequest_Action)(0),    // 0: borough.node.PowerRequest.Action
 	(*LogsRequest)(nil),         // 1: borough.node.LogsRequest
@@ -1438,14 +1531,16 @@ var file_node_proto_goTypes = []interface{}{
 	(*RecoverResponse)(nil),     // 19: borough.node.RecoverResponse
 	(*NetworkRequest)(nil),      // 20: borough.node.NetworkRequest
 	(*NetworkResponse)(nil),     // 21: borough.node.NetworkResponse
-	(*enrolmentpb.Network)(nil), // 22: borough.enrolment.Network
+	(*EnrolRequest)(nil),        // 22: borough.node.EnrolRequest
+	(*EnrolResponse)(nil),       // 23: borough.node.EnrolResponse
+	(*enrolmentpb.Network)(nil), // 24: borough.enrolment.Network
 }
 var file_node_proto_depIdxs = []int32{
 	5,  // 0: borough.node.Info.timeline:type_name -> borough.node.Phase
 	6,  // 1: borough.node.Info.disks:type_name -> borough.node.Device
 	6,  // 2: borough.node.Info.nics:type_name -> borough.node.Device
 	0,  // 3: borough.node.PowerRequest.action:type_name -> borough.node.PowerRequest.Action
-	22, // 4: borough.node.NetworkRequest.network:type_name -> borough.enrolment.Network
+	24, // 4: borough.node.NetworkRequest.network:type_name -> borough.enrolment.Network
 	5,  // [5:5] is the sub-list for method output_type
 	5,  // [5:5] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
@@ -1711,6 +1806,30 @@ func file_node_proto_init() {
 				return nil
 			}
 		}
+		file_node_proto_msgTypes[21].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*EnrolRequest); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_node_proto_msgTypes[22].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*EnrolResponse); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1718,7 +1837,7 @@ func file_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_node_proto_rawDesc,
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
