@@ -193,6 +193,17 @@ func (m *multi) threeVoters(t *testing.T) {
 	if strings.Count(status, "(voter") != 3 || !strings.Contains(status, "leader") {
 		t.Errorf("borough status printed:\n%s", status)
 	}
+	var st struct {
+		Leader  string `json:"leader"`
+		Members []struct {
+			Name    string `json:"name"`
+			Learner bool   `json:"learner"`
+		} `json:"members"`
+	}
+	js := cli(t, "--config", m.config, "status", m.c.Nodes[1].Endpoint(), "-o", "json")
+	if err := json.Unmarshal([]byte(js), &st); err != nil || len(st.Members) != 3 || !strings.HasPrefix(st.Leader, "node-") {
+		t.Errorf("borough status -o json printed (%v):\n%s", err, js)
+	}
 	// Node 1 bootstrapped alone, with short raft timing, and must have
 	// left it before the cluster had a second voter (consensus.ErrRetime).
 	if want := "restarting etcd with the cluster's raft timing"; strings.Count(m.c.Nodes[0].VM.Console(), want) != 1 {
@@ -222,17 +233,16 @@ func (m *multi) badTickets(t *testing.T) {
 		}
 		return tk
 	}
-	expired := fresh(admin.TicketParams{TTL: time.Second})
 	forged := fresh(admin.TicketParams{})
 	forged.Secret[0] ^= 1
-	unknown := fresh(admin.TicketParams{})
-	unknown.Id[0] ^= 1
 	otherCA := fresh(admin.TicketParams{})
 	otherCA.CaFingerprint = "sha256:" + strings.Repeat("0", 64)
-	other := fresh(admin.TicketParams{})
-	other.ClusterName = "another"
 	used := m.usedTicket(t)
-	time.Sleep(2 * time.Second) // expired expires
+	// One case of each way a node is refused: its own check of the
+	// config, of the join endpoint's CA, and the cluster's refusal of an
+	// unknown and of a used ticket. The cluster's other reasons (expired,
+	// another cluster, an unknown ID) take the node's path of the unknown
+	// one, and are the in-process join tests' (internal/cluster).
 	cases := []struct {
 		name   string
 		ticket []byte
@@ -240,9 +250,6 @@ func (m *multi) badTickets(t *testing.T) {
 	}{
 		{"garbage", []byte("not a ticket at all"), "field join.ticket: not a ticket"},
 		{"forged secret", marshal(t, forged), "the cluster knows no such ticket"},
-		{"unknown ticket", marshal(t, unknown), "the cluster knows no such ticket"},
-		{"for another cluster", marshal(t, other), "the cluster knows no such ticket"},
-		{"expired", marshal(t, expired), "ticket has expired"},
 		{"used by another node", used, "already used by another node"},
 		{"endpoint of another CA", marshal(t, otherCA), "does not present the CA"},
 	}

@@ -12,7 +12,9 @@ import (
 // hold; its owner sends it its key over its node API (`borough node
 // unlock`) and makes it the cluster's only member with its data
 // (`borough cluster recover`), which removes and revokes the lost nodes.
-// It holds every write acknowledged before the loss and takes new ones.
+// It holds every write acknowledged before the loss and takes new ones,
+// and a new node joins it with a ticket. Before the loss, a recovery is
+// refused: the cluster has its quorum.
 func (m *multi) quorumLost(t *testing.T) {
 	nodes := m.c.Nodes[:3]
 	survivor := nodes[0]
@@ -26,6 +28,8 @@ func (m *multi) quorumLost(t *testing.T) {
 		}
 	}
 	acked := w.stop()
+	contains(t, "cluster recover of a cluster with its quorum", cliFails(t, "--config", m.config, "cluster", "recover",
+		survivor.API(), "--cluster", survivor.Endpoint(), "--fingerprint", m.c.Fingerprint), "the member has a leader")
 	// A linearizable read through the survivor: it has applied every
 	// acknowledged write before its peers go.
 	ctx := timeout(t, 10*time.Minute)
@@ -52,5 +56,9 @@ func (m *multi) quorumLost(t *testing.T) {
 	m.checkWrites(t, survivor, acked, "after the recovery")
 	if _, err := m.client(t, survivor).Put(ctx, "recovered", "yes"); err != nil {
 		t.Errorf("a write to the recovered cluster: %v", err)
+	}
+	n := m.joinNew(t, ctx, survivor)
+	if got, err := m.client(t, n).Get(ctx, "recovered"); err != nil || len(got.Kvs) != 1 {
+		t.Errorf("the recovered cluster's key through the node that joined it: %v, %v", got, err)
 	}
 }

@@ -86,19 +86,7 @@ func (m *multi) restoreFromBackup(t *testing.T) {
 	rc := m.client(t, r)
 	m.checkRestored(t, ctx, rc, oldID, list.Members)
 
-	j, err := m.c.AddNode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk, jcfg := filepath.Join(dir, "ticket.pb"), filepath.Join(dir, "join.pb")
-	cli(t, "--config", m.config, "cluster", "ticket", r.Endpoint(), "--fingerprint", m.c.Fingerprint, "--out", tk)
-	cli(t, append([]string{"--config", m.config, "enrolment", "join", "--ticket", tk, "--out", jcfg}, links(j)...)...)
-	if err := m.c.Start(ctx, j, jcfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.c.WaitRunning(j); err != nil {
-		t.Fatal(err)
-	}
+	j := m.joinNew(t, ctx, r)
 	if got, err := rc.Get(ctx, "restore/before"); err != nil || len(got.Kvs) != 1 {
 		t.Errorf("restore/before after a node joined the restored cluster: %v, %v", got, err)
 	}
@@ -152,15 +140,40 @@ func (m *multi) resetMember(t *testing.T) {
 			t.Error("the owner's escrowed keys of the node's old volume open the volume after its reset")
 		}
 	}
-	dir := m.t.TempDir()
-	tk, cfg := filepath.Join(dir, "ticket.pb"), filepath.Join(dir, "join.pb")
-	cli(t, "--config", m.config, "cluster", "ticket", r.Endpoint(), "--fingerprint", m.c.Fingerprint, "--out", tk)
-	cli(t, append([]string{"--config", m.config, "enrolment", "join", "--ticket", tk, "--out", cfg}, links(j)...)...)
+	cfg := m.joinConfig(t, r, j)
 	contains(t, "node enrol", cli(t, "--config", m.config, "node", "enrol", j.API(), cfg, "--unverified"),
 		"reboots into its first boot with "+cfg)
 	if err := m.c.WaitRunning(j); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// joinNew starts a fresh node that joins the cluster of via with a ticket
+// the owner mints through via's client port, and waits until it runs.
+func (m *multi) joinNew(t *testing.T, ctx context.Context, via *multinode.Node) *multinode.Node {
+	t.Helper()
+	n, err := m.c.AddNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.c.Start(ctx, n, m.joinConfig(t, via, n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.c.WaitRunning(n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// joinConfig writes a config for n to join the cluster of via with a
+// ticket the owner mints through via's client port, and returns its path.
+func (m *multi) joinConfig(t *testing.T, via, n *multinode.Node) string {
+	t.Helper()
+	dir := m.t.TempDir()
+	tk, cfg := filepath.Join(dir, "ticket.pb"), filepath.Join(dir, "join.pb")
+	cli(t, "--config", m.config, "cluster", "ticket", via.Endpoint(), "--fingerprint", m.c.Fingerprint, "--out", tk)
+	cli(t, append([]string{"--config", m.config, "enrolment", "join", "--ticket", tk, "--out", cfg}, links(n)...)...)
+	return cfg
 }
 
 // checkRestored checks the cluster rc reaches is the backup's, restored:

@@ -41,18 +41,22 @@ func etcdCommand() *cobra.Command {
 }
 
 func statusCommand() *cobra.Command {
-	var fingerprint string
+	var fingerprint, output string
 	var timeout time.Duration
 	c := &cobra.Command{
 		Use:   "status NODE",
 		Short: "Show the cluster's members and the status of NODE (HOST:PORT)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return status(cmd.OutOrStdout(), args[0], fingerprint, timeout)
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			return status(cmd.OutOrStdout(), args[0], fingerprint, timeout, output)
 		},
 	}
 	c.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for NODE to answer")
+	addOutput(c, &output)
 	return c
 }
 
@@ -196,47 +200,85 @@ func asOwnerFor(node, fingerprint string, timeout time.Duration, fn func(context
 	return err
 }
 
-func status(stdout io.Writer, node, fingerprint string, timeout time.Duration) error {
+func status(stdout io.Writer, node, fingerprint string, timeout time.Duration, output string) error {
 	return asOwnerFor(node, fingerprint, timeout, func(ctx context.Context, c *clientv3.Client) error {
-		return printStatus(ctx, stdout, c, node)
+		st, err := readStatus(ctx, c, node)
+		if err != nil {
+			return err
+		}
+		if output == outputJSON {
+			return printJSON(stdout, st)
+		}
+		st.print(stdout)
+		return nil
 	})
 }
 
-func printStatus(ctx context.Context, stdout io.Writer, c *clientv3.Client, node string) error {
+// clusterStatus is what `borough status` prints.
+type clusterStatus struct {
+	Node      string         `json:"node"`
+	ClusterID string         `json:"cluster_id"`
+	Version   string         `json:"etcd_version"`
+	Leader    string         `json:"leader"`
+	RaftIndex uint64         `json:"raft_index"`
+	DBSize    int64          `json:"db_size"`
+	Errors    []string       `json:"errors"`
+	Members   []memberStatus `json:"members"`
+}
+
+// memberStatus is one member of a clusterStatus.
+type memberStatus struct {
+	ID         string   `json:"id"`
+	Name       string   `json:"name"`
+	Learner    bool     `json:"learner"`
+	Leader     bool     `json:"leader"`
+	PeerURLs   []string `json:"peer_urls"`
+	ClientURLs []string `json:"client_urls"`
+}
+
+// readStatus asks node, through c, for its status and the members.
+func readStatus(ctx context.Context, c *clientv3.Client, node string) (*clusterStatus, error) {
 	st, err := c.Status(ctx, "https://"+node)
 	if err != nil {
-		return fmt.Errorf("asking %s for its status: %w", node, err)
+		return nil, fmt.Errorf("asking %s for its status: %w", node, err)
 	}
 	members, err := c.MemberList(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	leader := fmt.Sprintf("%x", st.Leader)
+	out := &clusterStatus{Node: node, ClusterID: fmt.Sprintf("%x", st.Header.ClusterId), Version: st.Version,
+		Leader: fmt.Sprintf("%x", st.Leader), RaftIndex: st.RaftIndex, DBSize: st.DbSize, Errors: st.Errors}
 	for _, m := range members.Members {
 		if m.ID == st.Leader {
-			leader = m.Name
+			out.Leader = m.Name
 		}
+		out.Members = append(out.Members, memberStatus{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, Learner: m.IsLearner,
+			Leader: m.ID == st.Leader, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs})
 	}
+	return out, nil
+}
+
+// print prints st for people.
+func (st *clusterStatus) print(stdout io.Writer) {
 	health := "healthy"
 	if len(st.Errors) > 0 {
 		health = "unhealthy: " + strings.Join(st.Errors, "; ")
 	}
-	fmt.Fprintf(stdout, "cluster %x, etcd %s, leader %s, raft index %d, database %d bytes; %s is %s\n",
-		st.Header.ClusterId, st.Version, leader, st.RaftIndex, st.DbSize, node, health)
-	for _, m := range members.Members {
+	fmt.Fprintf(stdout, "cluster %s, etcd %s, leader %s, raft index %d, database %d bytes; %s is %s\n",
+		st.ClusterID, st.Version, st.Leader, st.RaftIndex, st.DBSize, st.Node, health)
+	for _, m := range st.Members {
 		role := "voter"
-		if m.IsLearner {
+		if m.Learner {
 			role = "learner"
 		}
-		if m.ID == st.Leader {
+		if m.Leader {
 			role += ", leader"
 		}
 		name := m.Name
 		if name == "" {
 			name = "(not started)"
 		}
-		fmt.Fprintf(stdout, "member %x %s (%s) peers %s clients %s\n", m.ID, name, role,
+		fmt.Fprintf(stdout, "member %s %s (%s) peers %s clients %s\n", m.ID, name, role,
 			strings.Join(m.PeerURLs, ","), strings.Join(m.ClientURLs, ","))
 	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/proto/nodepb"
@@ -104,16 +105,21 @@ func printLogs(stdout io.Writer, node string, f apiFlags, req *nodepb.LogsReques
 func nodeAPICommands() []*cobra.Command {
 	var f apiFlags
 	var timeline bool
+	var output string
 	info := &cobra.Command{
 		Use:   "info NODE",
 		Short: "Show what the node whose API is at NODE (HOST:PORT) is: version, state, hardware, TPM, Secure Boot",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return printInfo(cmd.OutOrStdout(), args[0], f, timeline)
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			return printInfo(cmd.OutOrStdout(), args[0], f, timeline, output)
 		},
 	}
 	f.add(info)
 	info.Flags().BoolVar(&timeline, "timeline", false, "also print the boot timeline")
+	addOutput(info, &output)
 	cmds := []*cobra.Command{info}
 	for _, p := range []struct {
 		use, short string
@@ -137,13 +143,17 @@ func nodeAPICommands() []*cobra.Command {
 	return cmds
 }
 
-func printInfo(stdout io.Writer, node string, f apiFlags, timeline bool) error {
+func printInfo(stdout io.Writer, node string, f apiFlags, timeline bool, output string) error {
 	c, err := apiClient(node, f)
 	if err != nil {
 		return err
 	}
 	info, err := c.Info(context.Background())
 	if err != nil {
+		return err
+	}
+	if output == outputJSON {
+		_, err := fmt.Fprintln(stdout, protojson.MarshalOptions{Multiline: true, UseProtoNames: true, EmitUnpopulated: true}.Format(info))
 		return err
 	}
 	row := func(k, v string) { fmt.Fprintf(stdout, "%-12s %s\n", k, v) }

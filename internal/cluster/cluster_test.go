@@ -154,6 +154,8 @@ func TestJoinInProcess(t *testing.T) {
 	// B's ticket expires soon after it is used: the removed B replays it
 	// after its expiry, C before.
 	tb := mint(15 * time.Second)
+	// A ticket nobody claims before it expires.
+	unclaimed := mint(time.Second)
 	// B's enrolment config names the owner (C's, from before Borough
 	// carried it, does not: C takes the cluster's word).
 	b := start(t, ctx, 2, &enrolment.Enrolment{ClusterName: "unit", Ticket: tb, Owner: ownerCert}, "")
@@ -276,6 +278,9 @@ func TestJoinInProcess(t *testing.T) {
 	}
 	time.Sleep(time.Until(time.Unix(tb.GetExpires(), 0)))
 	replayRemoved(t, ctx, b, tb, mint)
+	if err := join.Check(ctx, unclaimed); !errors.As(err, &refusal) || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("checking an expired ticket: %v, want a refusal saying it expired", err)
+	}
 
 	// A node whose enrolment config names another owner refuses the
 	// cluster its ticket admits it to.
