@@ -204,6 +204,7 @@ func (m *multi) threeVoters(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &st); err != nil || len(st.Members) != 3 || !strings.HasPrefix(st.Leader, "node-") {
 		t.Errorf("borough status -o json printed (%v):\n%s", err, js)
 	}
+	m.checkHealth(t)
 	// Node 1 bootstrapped alone, with short raft timing, and must have
 	// left it before the cluster had a second voter (consensus.ErrRetime).
 	if want := "restarting etcd with the cluster's raft timing"; strings.Count(m.c.Nodes[0].VM.Console(), want) != 1 {
@@ -527,6 +528,8 @@ func (m *multi) coldRestart(t *testing.T) {
 	contains(t, "node unlock", cli(t, "--config", m.config, "node", "unlock", nodes[0].API(), "--fingerprint", m.c.Fingerprint),
 		"its cluster unlock key: it opens its data volume")
 	expect(t, nodes[0].VM, bootTimeout, "the owner sent the cluster unlock key")
+	contains(t, "health of a cluster without its quorum", cliFails(t, "--config", m.config, "health", nodes[0].Endpoint(),
+		"--timeout", "3s"), "does not answer (no quorum, or down)")
 	start(nodes[1])
 	for _, n := range nodes[:2] {
 		if err := m.c.WaitRunning(n); err != nil {
@@ -580,6 +583,35 @@ func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
 	}
 	if err := vm.Wait(powerTimeout); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkHealth checks that `borough health` finds every node of the
+// cluster healthy, each with its version, state and clock.
+func (m *multi) checkHealth(t *testing.T) {
+	t.Helper()
+	args := []string{"--config", m.config, "health", "-o", "json"}
+	var eps []string
+	for _, n := range m.c.Nodes[:3] {
+		eps = append(eps, n.Endpoint())
+		args = append(args, "--api", n.Name+"="+n.API())
+	}
+	js := cli(t, append(args, strings.Join(eps, ","))...)
+	var h struct {
+		Healthy bool `json:"healthy"`
+		Members []struct {
+			Version string  `json:"version"`
+			State   string  `json:"state"`
+			Clock   float64 `json:"clock_offset_seconds"`
+		} `json:"members"`
+	}
+	if err := json.Unmarshal([]byte(js), &h); err != nil || !h.Healthy || len(h.Members) != 3 {
+		t.Fatalf("borough health -o json printed (%v):\n%s", err, js)
+	}
+	for _, mb := range h.Members {
+		if mb.Version == "" || mb.State != "Running" {
+			t.Errorf("borough health says of a member: %+v", mb)
+		}
 	}
 }
 

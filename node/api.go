@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/console"
@@ -99,7 +101,9 @@ type apiParts struct {
 	// fresh says that the node has no data volume yet: it takes an
 	// enrolment config from the owner.
 	fresh bool
-	about about
+	// mounted says the data volume is mounted, once it is.
+	mounted *atomic.Bool
+	about   about
 }
 
 // apiService is the node API for the cluster's owner: the one on the data
@@ -124,7 +128,16 @@ func apiService(p apiParts) supervisor.Service {
 	}
 	s := &nodeapi.Server{
 		Owner: owner, Identity: identity, Admission: admission, Logs: lg.tree, Journal: lg.journal,
-		Info: func() *nodepb.Info { return about.info(mgr.Status(), current.Load().ClusterName) },
+		Info: func() *nodepb.Info {
+			info := about.info(mgr.Status(), current.Load().ClusterName)
+			if p.mounted.Load() {
+				info.DataUsed, info.DataSize = dataUse(storage.DataRoot)
+			}
+			if k := keys.Load(); k != nil {
+				info.Escrow = escrowOf(k.Place())
+			}
+			return info
+		},
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
 			return about.updates.install(req, owner())
 		},
@@ -208,6 +221,7 @@ func (a about) info(st cluster.Status, enrolled string) *nodepb.Info {
 		Version: a.updates.running.Version, BootSlot: string(a.updates.running.Slot), Update: a.updates.describe(),
 		State: string(st.State), Failure: st.Failure, Cluster: cl, Member: st.Member,
 		UptimeNanos: int64(timeline.SinceBoot()), Tpm: a.tpm, SecureBoot: secureBootState(),
+		UnixNano: time.Now().UnixNano(),
 	}
 	for _, m := range a.timeline.Marks() {
 		info.Timeline = append(info.Timeline, &nodepb.Phase{Name: m.Phase, AtNanos: int64(m.At)})
@@ -219,6 +233,25 @@ func (a about) info(st cluster.Status, enrolled string) *nodepb.Info {
 		info.Nics = append(info.Nics, &nodepb.Device{Name: n.Name, Driver: n.Driver, Detail: n.MAC})
 	}
 	return info
+}
+
+// dataUse is the bytes in use and in all of the filesystem at root; zeros
+// if it cannot say.
+func dataUse(root string) (used, size uint64) {
+	var st unix.Statfs_t
+	if unix.Statfs(root, &st) != nil {
+		return 0, 0
+	}
+	bs := uint64(st.Bsize)
+	return (st.Blocks - st.Bfree) * bs, st.Blocks * bs
+}
+
+// escrowOf is where the node's cluster unlock key is, for the node API.
+func escrowOf(p *clusterkey.Place) *nodepb.Escrow {
+	if p == nil {
+		return nil
+	}
+	return &nodepb.Escrow{Local: p.Local, Needed: int32(p.Needed), Holders: p.Holders, Epoch: p.Epoch}
 }
 
 func secureBootState() string {

@@ -83,10 +83,11 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		func() { request(b.requests, pid1.ExitReboot) })
 	var current atomic.Pointer[enrolment.Enrolment]
 	var locked atomic.Pointer[clusterkey.Keeper]
+	var mounted atomic.Bool
 	current.Store(enrol)
 	api := apiService(apiParts{current: &current, keys: &locked, mgr: mgr, logs: b.logs, requests: b.requests,
 		about:   about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates},
-		network: settings.Propose, fresh: st.Fresh()})
+		network: settings.Propose, fresh: st.Fresh(), mounted: &mounted})
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}, api}
 	if enrol.AwaitsConfig {
 		mgr.Fail(errors.New("reset by its owner, " + enrol.OwnerName() + ": waiting for an enrolment config " +
@@ -129,6 +130,7 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		return nil, err
 	}
 	tl.Mark(timeline.Storage)
+	mounted.Store(true)
 	if enrol, err = confirmEnrolment(log, enrol, policy); err != nil {
 		return nil, err
 	}

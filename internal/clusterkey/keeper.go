@@ -318,6 +318,32 @@ func (k *Keeper) remember(cuk []byte) {
 	k.cuk = slices.Clone(cuk)
 }
 
+// Place is where a node's CUK is: sealed on its own ESP, or escrowed with
+// holders, Needed of which give it back.
+type Place struct {
+	Local   bool
+	Needed  int
+	Holders []string
+	Epoch   uint64
+}
+
+// Place says where the node's CUK is, as its ESP says; nil if neither
+// holds it (a node with no data volume yet).
+func (k *Keeper) Place() *Place {
+	if _, err := os.Stat(esp.ClusterKeyEscrow.In(k.ESPRoot)); err == nil {
+		return &Place{Local: true}
+	}
+	e, err := readEscrow(k.Ledger)
+	if err != nil {
+		return nil
+	}
+	p := &Place{Needed: e.K, Epoch: e.Binding.Epoch}
+	for _, env := range e.Envelopes {
+		p.Holders = append(p.Holders, env.Holder)
+	}
+	return p
+}
+
 // readEscrow reads the escrow on the ESP, as the ledger vouches for it.
 func readEscrow(l *espledger.Ledger) (*escrow.Escrow, error) {
 	return parseEscrow(l.ReadOwn(esp.CUKEscrow))
