@@ -77,18 +77,29 @@ func readESPFile(disk string, f esp.File) ([]byte, error) {
 		return nil, fmt.Errorf("reading the ESP of %s: %w", disk, err)
 	}
 	entries, err := fs.ReadDir(path.Dir(string(f)))
-	if err == nil && !slices.ContainsFunc(entries, func(e iofs.DirEntry) bool { return e.Name() == path.Base(string(f)) }) {
-		err = iofs.ErrNotExist
+	i := -1
+	if err == nil {
+		if i = slices.IndexFunc(entries, func(e iofs.DirEntry) bool { return e.Name() == path.Base(string(f)) }); i < 0 {
+			err = iofs.ErrNotExist
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s is not on the ESP: %w", f, err)
+	}
+	info, err := entries[i].Info()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s from the ESP: %w", f, err)
 	}
 	file, err := fs.OpenFile("/"+string(f), os.O_RDONLY)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s from the ESP: %w", f, err)
 	}
-	b, err := io.ReadAll(file)
-	if err != nil {
+	// One read of the file's size: go-diskfs's FAT32 reader, past a
+	// first read that ends inside a cluster, returns the rest of that
+	// cluster, beyond the file's end (io.ReadAll read a 560-byte owner
+	// recovery record back as 768 bytes, which JSON refused).
+	b := make([]byte, info.Size())
+	if _, err := io.ReadFull(file, b); err != nil {
 		return nil, fmt.Errorf("reading %s from the ESP: %w", f, err)
 	}
 	return b, nil
