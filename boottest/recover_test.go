@@ -12,9 +12,11 @@ import (
 // hold; its owner sends it its key over its node API (`borough node
 // unlock`) and makes it the cluster's only member with its data
 // (`borough cluster recover`), which removes and revokes the lost nodes.
-// It holds every write acknowledged before the loss and takes new ones,
-// and a new node joins it with a ticket. Before the loss, a recovery is
-// refused: the cluster has its quorum.
+// It holds every write acknowledged before the loss and takes new ones;
+// it refuses to reset itself, its cluster's last voter; two new nodes join
+// it with tickets, and its unlock key goes back to the cluster, split
+// among them. Before the loss, a recovery is refused: the cluster has its
+// quorum.
 func (m *multi) quorumLost(t *testing.T) {
 	nodes := m.c.Nodes[:3]
 	survivor := nodes[0]
@@ -57,8 +59,15 @@ func (m *multi) quorumLost(t *testing.T) {
 	if _, err := m.client(t, survivor).Put(ctx, "recovered", "yes"); err != nil {
 		t.Errorf("a write to the recovered cluster: %v", err)
 	}
-	n := m.joinNew(t, ctx, survivor)
-	if got, err := m.client(t, n).Get(ctx, "recovered"); err != nil || len(got.Kvs) != 1 {
-		t.Errorf("the recovered cluster's key through the node that joined it: %v, %v", got, err)
+	contains(t, "node reset of the last voter", cliFails(t, "--config", m.config, "node", "reset", survivor.API(),
+		"--cluster", survivor.Endpoint(), "--fingerprint", m.c.Fingerprint), "is the last voter of its cluster")
+	for range 2 {
+		n := m.joinNew(t, ctx, survivor)
+		if got, err := m.client(t, n).Get(ctx, "recovered"); err != nil || len(got.Kvs) != 1 {
+			t.Errorf("the recovered cluster's key through a node that joined it: %v, %v", got, err)
+		}
 	}
+	// Three voters again: the survivor's unlock key goes back to the
+	// cluster, split among the two.
+	expect(t, survivor.VM, bootTimeout, "borough: unlock: the cluster keeps this node's unlock key holders=2")
 }
