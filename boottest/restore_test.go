@@ -24,12 +24,12 @@ import (
 
 // restoreFromBackup plays the worst day: the owner backs the cluster (the
 // one recovered from its last node) up under writes, then every node
-// loses power for good. A fresh node
-// restores the backup (`enrolment bootstrap --restore`, `node restore`),
-// with damaged copies refused first, before anything is written: it runs
-// a cluster of a new ID with every key written before the backup and none
-// after, the old nodes' records tombstones; and a new node joins it with a
-// new ticket.
+// loses power for good. A fresh node restores the backup (`enrolment
+// bootstrap --restore`, `node restore`), with damaged copies refused
+// first, before anything is written: it runs a cluster of a new ID with
+// every key written before the backup and none after, the old nodes'
+// records tombstones, their certificates revoked by the owner; and a new
+// node joins it with a new ticket.
 func (m *multi) restoreFromBackup(t *testing.T) {
 	source := m.c.Nodes[0]
 	cl := m.client(t, source)
@@ -77,9 +77,10 @@ func (m *multi) restoreFromBackup(t *testing.T) {
 	expect(t, r.VM, bootTimeout, "borough: waiting for the owner to send the backup to restore")
 	contains(t, "node restore of a damaged backup",
 		cliFails(t, "--config", m.config, "node", "restore", r.API(), damaged, "--enrolment", cfg), "damaged or truncated")
-	out := cli(t, "--config", m.config, "node", "restore", r.API(), path, "--enrolment", cfg)
+	out := cli(t, "--config", m.config, "node", "restore", r.API(), path, "--enrolment", cfg, "--cluster", r.Endpoint())
 	t.Log(out)
-	contains(t, "node restore", out, "took the backup of cluster multi", "runs cluster multi")
+	contains(t, "node restore", out, "took the backup of cluster multi", "runs cluster multi",
+		"revoked the certificates of "+source.Name)
 	if err := m.c.WaitRunning(r); err != nil {
 		t.Fatal(err)
 	}

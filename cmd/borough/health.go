@@ -17,17 +17,19 @@ import (
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
-// Thresholds past which health calls a member unhealthy: a raft log this
-// many entries behind its leader's, and a clock this far from the owner's.
-const (
-	maxLag         = 1000
-	maxClockOffset = time.Second
-)
+// maxLag is how many entries behind its leader's a member's raft log may
+// be before health calls it unhealthy.
+const maxLag = 1000
+
+// defaultClockOffset is how far from the owner's a member's clock may be
+// before health calls it unhealthy: etcd's own warning between peers. A
+// machine without NTP keeps its RTC's, set to the second.
+const defaultClockOffset = time.Second
 
 func healthCommand() *cobra.Command {
 	var fingerprint, output string
 	var addrs []string
-	var timeout time.Duration
+	var timeout, maxClock time.Duration
 	c := &cobra.Command{
 		Use:   "health ENDPOINTS",
 		Short: "Show every member of the cluster at ENDPOINTS (client ports, comma-separated) in one table; exit 1 if one is unhealthy",
@@ -38,8 +40,9 @@ host, port 7835, or --api NAME=HOST:PORT), its version and boot slot, its
 state, its last update, its clock against yours, its data volume's use and
 where its unlock key is. A member is unhealthy if either port does not
 answer, it has an alarm, it lags by more than 1000 entries, it is not
-Running, or its clock is off by more than a second; health then exits with
-status 1, naming each and why.`,
+Running, or its clock is off by more than --max-clock-offset (a second:
+etcd's own warning between peers); health then exits with status 1,
+naming each and why.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -49,12 +52,13 @@ status 1, naming each and why.`,
 			if err != nil {
 				return err
 			}
-			return health(cmd.OutOrStdout(), strings.Split(args[0], ","), fingerprint, given, timeout, output)
+			return health(cmd.OutOrStdout(), strings.Split(args[0], ","), fingerprint, given, timeout, maxClock, output)
 		},
 	}
 	c.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
 	c.Flags().StringArrayVar(&addrs, "api", nil, "NAME=HOST:PORT: the node API of member NAME (repeat for each)")
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the cluster and each member")
+	c.Flags().DurationVar(&maxClock, "max-clock-offset", defaultClockOffset, "how far a member's clock may be from yours")
 	addOutput(c, &output)
 	return c
 }
@@ -91,7 +95,7 @@ type clusterHealth struct {
 	Members   []memberHealth `json:"members"`
 }
 
-func health(stdout io.Writer, endpoints []string, fingerprint string, given map[string]string, timeout time.Duration, output string) error {
+func health(stdout io.Writer, endpoints []string, fingerprint string, given map[string]string, timeout, maxClock time.Duration, output string) error {
 	ca, err := pinnedCA(endpoints[0], fingerprint)
 	if err != nil {
 		return err
@@ -119,7 +123,7 @@ func health(stdout io.Writer, endpoints []string, fingerprint string, given map[
 		} else {
 			m.Problems = append(m.Problems, "node API: "+err.Error())
 		}
-		m.judge()
+		m.judge(maxClock)
 	}
 	h.Healthy = true
 	for _, m := range h.Members {
@@ -193,8 +197,9 @@ func (m *memberHealth) ask(ctx context.Context, c *nodeapi.Client) {
 	m.DataUsed, m.DataSize, m.Escrow = info.GetDataUsed(), info.GetDataSize(), info.GetEscrow()
 }
 
-// judge adds what makes m unhealthy, beyond a port that did not answer.
-func (m *memberHealth) judge() {
+// judge adds what makes m unhealthy, beyond a port that did not answer;
+// maxClock is how far its clock may be from the owner's.
+func (m *memberHealth) judge(maxClock time.Duration) {
 	if len(m.Alarms) > 0 {
 		m.Problems = append(m.Problems, "alarms: "+strings.Join(m.Alarms, ","))
 	}
@@ -204,7 +209,7 @@ func (m *memberHealth) judge() {
 	if m.State != "" && m.State != string(cluster.StateRunning) {
 		m.Problems = append(m.Problems, "state "+m.State)
 	}
-	if off := time.Duration(m.ClockOffset * float64(time.Second)); m.State != "" && (off > maxClockOffset || off < -maxClockOffset) {
+	if off := time.Duration(m.ClockOffset * float64(time.Second)); m.State != "" && (off > maxClock || off < -maxClock) {
 		m.Problems = append(m.Problems, fmt.Sprintf("clock %+.1f s from yours", m.ClockOffset))
 	}
 }

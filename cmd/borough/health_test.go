@@ -23,7 +23,7 @@ func TestJudge(t *testing.T) {
 		{"an API that did not answer", memberHealth{Problems: []string{"node API: refused"}}, []string{"node API: refused"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.m.judge()
+			tc.m.judge(defaultClockOffset)
 			if !slices.Equal(tc.m.Problems, tc.want) {
 				t.Errorf("problems = %q, want %q", strings.Join(tc.m.Problems, "; "), strings.Join(tc.want, "; "))
 			}

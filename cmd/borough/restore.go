@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/backup"
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/enrolment"
@@ -23,7 +25,7 @@ import (
 const pollEvery = 2 * time.Second
 
 func nodeRestoreCommand() *cobra.Command {
-	var config string
+	var config, endpoint string
 	var timeout time.Duration
 	c := &cobra.Command{
 		Use:   "restore NODE BACKUP",
@@ -35,13 +37,23 @@ is decrypted here with your owner key and travels encrypted to the
 config's transfer key, which only that node holds: the node has no
 certificate of its cluster yet, so its node API is not checked against
 one, and a machine that is not the node gets nothing it can open. The node
-checks the backup against its config before it writes anything.`,
+checks the backup against its config before it writes anything.
+
+The restored node voids the backed-up cluster's nodes (their records say
+removed, their tickets and escrow keys are gone); given --cluster, the
+node's client port, restore then revokes their certificates with your
+signature too, as 'borough node remove' does, so that no member takes
+their word that they were removed without yours.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return sendBackup(cmd.OutOrStdout(), args[0], args[1], config, timeout)
+			if err := sendBackup(cmd.OutOrStdout(), args[0], args[1], config, timeout); err != nil || endpoint == "" {
+				return err
+			}
+			return revokeVoided(cmd.OutOrStdout(), endpoint)
 		},
 	}
 	c.Flags().StringVar(&config, "enrolment", "", "the node's enrolment config, which names the backup (required)")
+	c.Flags().StringVar(&endpoint, "cluster", "", "the restored node's client port (HOST:PORT), to revoke the old nodes through")
 	c.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long sending and restoring may take")
 	c.MarkFlagRequired("enrolment")
 	return c
@@ -88,6 +100,27 @@ func sendBackup(stdout io.Writer, node, path, config string, timeout time.Durati
 	}
 	fmt.Fprintf(stdout, "%s runs cluster %s as %s, %.1f s after the backup was sent; join others with borough cluster ticket\n",
 		c.Addr, info.GetCluster(), info.GetMember(), time.Since(start).Seconds())
+	return nil
+}
+
+// revokeVoided revokes, through endpoint, the certificates of the nodes a
+// restore voided.
+func revokeVoided(stdout io.Writer, endpoint string) error {
+	var voided []string
+	err := asOwner(endpoint, "", func(ctx context.Context, c *clientv3.Client) error {
+		var err error
+		voided, err = admin.VoidedNodes(ctx, c)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, name := range voided {
+		if err := removeNode(stdout, endpoint, name, ""); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "revoked the %d nodes of the backed-up cluster\n", len(voided))
 	return nil
 }
 

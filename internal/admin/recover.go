@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
 )
 
 // LostNodes returns the nodes the cluster's records count in (not
@@ -37,4 +39,35 @@ func LostNodes(ctx context.Context, c *clientv3.Client) ([]string, error) {
 		}
 	}
 	return lost, nil
+}
+
+// VoidedNodes returns the nodes the cluster's records count out (removed)
+// whose certificates its CRL does not all revoke: after a restore, the
+// backed-up cluster's nodes, which the restored node voided (it has no
+// owner's key to revoke them with), for the owner to revoke.
+func VoidedNodes(ctx context.Context, c *clientv3.Client) ([]string, error) {
+	ca, err := keyspace.ReadCA(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.CRL), clientv3.OpGet(keyspace.Nodes, clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return nil, err
+	}
+	crl, err := pki.ParseCRL(keyspace.Value(resp, 0), ca.Cert)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's CRL: %w", err)
+	}
+	revoked := pki.RevokedSerials(crl)
+	var voided []string
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		r, err := keyspace.ParseNodeRecord(kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		if r.Removed && slices.ContainsFunc(r.Serials, func(s string) bool { _, ok := slices.BinarySearch(revoked, s); return !ok }) {
+			voided = append(voided, strings.TrimPrefix(string(kv.Key), keyspace.Nodes))
+		}
+	}
+	return voided, nil
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,26 @@ func TestRestoreInProcess(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a ticket of the backed-up cluster at the restored one: %v, want a refusal", err)
 		}
+	}
+	// The old node is void; the owner revokes it (borough node restore
+	// --cluster), after which the restored cluster tells it, with the
+	// owner's word, that it was removed.
+	if voided, err := admin.VoidedNodes(ctx, rc); err != nil || !slices.Equal(voided, []string{old.mgr.nodeName(t)}) {
+		t.Fatalf("VoidedNodes = %v, %v; want the backed-up node", voided, err)
+	}
+	if _, err := admin.RemoveNode(ctx, rc, old.mgr.nodeName(t), owner, nil); err != nil {
+		t.Fatal(err)
+	}
+	if voided, err := admin.VoidedNodes(ctx, rc); err != nil || len(voided) != 0 {
+		t.Errorf("VoidedNodes after the owner revoked them = %v, %v", voided, err)
+	}
+	f := old.mgr.pkiFiles()
+	oldCert, err := tls.LoadX509KeyPair(f.Cert(), f.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := join.Status(ctx, []string{"127.0.0.12:7834"}, readCA(t, n), ownerCert, oldCert); !removed || err != nil {
+		t.Errorf("the old node's status at the restored cluster = %v, %v; want removed", removed, err)
 	}
 	tk, err := admin.MintTicket(ctx, rc, admin.TicketParams{}, owner)
 	if err != nil {
