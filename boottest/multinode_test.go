@@ -180,13 +180,8 @@ func (m *multi) threeVoters(t *testing.T) {
 	if st, err := m.client(t, m.c.Nodes[1]).AuthStatus(ctx); err != nil || !st.Enabled {
 		t.Errorf("etcd authentication: %v, %v; want it on", st, err)
 	}
-	// Debian's etcdctl (3.4) with the env `borough qemu cluster` prints.
-	cmd := exec.Command("etcdctl", "member", "list")
-	cmd.Env = append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS=https://"+strings.Join(m.c.Endpoints(), ",https://"),
-		"ETCDCTL_CACERT="+m.c.CAFile, "ETCDCTL_CERT="+filepath.Join(m.config, "owner.pem"),
-		"ETCDCTL_KEY="+ownerKeyFile(t, m.config))
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.Count(string(out), ", started, ") != 3 || strings.Count(string(out), ", false\n") != 3 {
+	out, err := m.etcdctl(t, m.c.Endpoints(), "member", "list")
+	if err != nil || strings.Count(out, ", started, ") != 3 || strings.Count(out, ", false\n") != 3 {
 		t.Errorf("etcdctl member list: %v\n%s", err, out)
 	}
 	status := cli(t, "--config", m.config, "status", m.c.Nodes[1].Endpoint(), "--fingerprint", m.c.Fingerprint)
@@ -584,6 +579,17 @@ func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
 	if err := vm.Wait(powerTimeout); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// etcdctl runs Debian's etcdctl (3.4) as the owner against endpoints,
+// with the env `borough qemu cluster` prints.
+func (m *multi) etcdctl(t *testing.T, endpoints []string, args ...string) (string, error) {
+	cmd := exec.Command("etcdctl", args...)
+	cmd.Env = append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS=https://"+strings.Join(endpoints, ",https://"),
+		"ETCDCTL_CACERT="+m.c.CAFile, "ETCDCTL_CERT="+filepath.Join(m.config, "owner.pem"),
+		"ETCDCTL_KEY="+ownerKeyFile(t, m.config))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // checkHealth checks that `borough health` finds every node of the

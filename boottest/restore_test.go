@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,9 @@ func (m *multi) restoreFromBackup(t *testing.T) {
 	}
 	rc := m.client(t, r)
 	m.checkRestored(t, ctx, rc, oldID, list.Members)
+	if out, err := m.etcdctl(t, []string{r.Endpoint()}, "get", "restore/before"); err != nil || !strings.Contains(out, "kept") {
+		t.Errorf("the owner's etcdctl get restore/before on the restored cluster: %v\n%s", err, out)
+	}
 
 	j := m.joinNew(t, ctx, r)
 	if got, err := rc.Get(ctx, "restore/before"); err != nil || len(got.Kvs) != 1 {
