@@ -753,95 +753,79 @@ func (w *writer) stop() []string {
 	return w.acked
 }
 
-// crashWhileJoining kills a joining node after each step of its join:
-// on its next boot it finishes and becomes a voter. Then the owner
-// removes it (`borough node remove`), which it sees and reports, on this
-// boot and the next; one of them is removed while it is off, and says so
-// when it boots.
+// crashWhileJoining kills a joining node after each step of its join in
+// turn, each boot resuming the join where the one before left it; on the
+// boot after the last it finishes and becomes a voter. Its sealed unlock
+// key from before the cluster took it, put back, opens nothing alone
+// (oldSealedKey). Then the owner removes it while it is off (`borough
+// node remove`), once the cluster keeps its unlock key: its peers refuse
+// it the shares when it boots again (an older CRL put back on a holder's
+// ESP notwithstanding), and it stays locked, saying why, its data
+// partition untouched, which its owner still opens (ownerRecovery). A
+// member removed while it runs, and says so, is the reset case's.
 func (m *multi) crashWhileJoining(t *testing.T) {
-	for _, step := range []string{cluster.JoinRecorded, cluster.JoinAdmitted, cluster.JoinStarted} {
-		t.Run(step, func(t *testing.T) {
-			n, err := m.c.AddNode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			tk, err := m.c.Ticket(context.Background(), admin.TicketParams{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := m.c.JoinConfig(n, marshal(t, tk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			n.TestParams = "borough.test.pause=" + step
-			if err := m.c.Start(context.Background(), n, cfg); err != nil {
-				t.Fatal(err)
-			}
-			expect(t, n.VM, bootTimeout, "borough: test: paused after join step "+step)
-			n.VM.Kill()
-			// The sealed cluster unlock key, as it is before the cluster
-			// takes it: an attacker's copy.
-			sealedCUK := readESPFile(t, n.Disk(), esp.ClusterKeyEscrow)
-			n.TestParams = ""
-			if err := m.c.Start(context.Background(), n, cfg); err != nil {
-				t.Fatal(err)
-			}
-			expect(t, n.VM, bootTimeout, "borough: state New -> Joining")
-			if err := m.c.WaitRunning(n); err != nil {
-				t.Fatal(err)
-			}
-			m.awaitVoter(t, n.Name)
-			if step == cluster.JoinRecorded {
-				m.oldSealedKey(t, n, cfg, sealedCUK)
-			}
-			// One node is removed while it is off, once the cluster keeps
-			// its unlock key: its peers refuse it the shares when it boots
-			// again, and it stays locked, saying why.
-			off := step == cluster.JoinAdmitted
-			var holderCopy map[esp.File][]byte
-			if off {
-				awaitEscrow(t, n)
-				if err := n.VM.PowerOff(powerTimeout); err != nil {
-					t.Fatal(err)
-				}
-				holderCopy = espCopy(t, m.c.Nodes[1], esp.UnlockCRL, esp.Ledger)
-			}
-			out := cli(t, "--config", m.config, "node", "remove", m.c.Nodes[0].Endpoint(), n.Name, "--fingerprint", m.c.Fingerprint)
-			if !strings.Contains(out, "removed member "+n.Name) {
-				t.Errorf("borough node remove printed:\n%s", out)
-			}
-			if off {
-				m.olderCRL(t, m.c.Nodes[1], holderCopy)
-				before := dataHash(t, n.Disk())
-				if err := m.c.Start(context.Background(), n, cfg); err != nil {
-					t.Fatal(err)
-				}
-				line, _, err := n.VM.WaitLine("borough: unlock: warning: waiting for unlock: 0 of", bootTimeout)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !strings.Contains(line, "is revoked: the cluster removed it") {
-					t.Errorf("the removed node waits for its unlock key saying %q, want the holders' refusal", line)
-				}
-				if dataHash(t, n.Disk()) != before {
-					t.Error("the removed node changed its data partition")
-				}
-				n.VM.Kill()
-				m.ownerRecovery(t, n)
-				return
-			}
-			expect(t, n.VM, bootTimeout, "borough: node failed: removed from cluster multi")
-			if step != cluster.JoinStarted {
-				n.VM.Kill()
-				return
-			}
-			if err := n.VM.CtrlAltDel(); err != nil {
-				t.Fatal(err)
-			}
-			expect(t, n.VM, bootTimeout, "borough: init started", "borough: node failed: removed from cluster multi")
-			n.VM.Kill()
-		})
+	n, err := m.c.AddNode()
+	if err != nil {
+		t.Fatal(err)
 	}
+	tk, err := m.c.Ticket(context.Background(), admin.TicketParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := m.c.JoinConfig(n, marshal(t, tk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sealedCUK []byte
+	for _, step := range []string{cluster.JoinRecorded, cluster.JoinAdmitted, cluster.JoinStarted} {
+		n.TestParams = "borough.test.pause=" + step
+		if err := m.c.Start(context.Background(), n, cfg); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, n.VM, bootTimeout, "borough: test: paused after join step "+step)
+		n.VM.Kill()
+		if step == cluster.JoinRecorded {
+			// The sealed cluster unlock key, as it is before the
+			// cluster takes it: an attacker's copy.
+			sealedCUK = readESPFile(t, n.Disk(), esp.ClusterKeyEscrow)
+		}
+	}
+	n.TestParams = ""
+	if err := m.c.Start(context.Background(), n, cfg); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, n.VM, bootTimeout, "borough: state New -> Joining")
+	if err := m.c.WaitRunning(n); err != nil {
+		t.Fatal(err)
+	}
+	m.awaitVoter(t, n.Name)
+	m.oldSealedKey(t, n, cfg, sealedCUK)
+	awaitEscrow(t, n)
+	if err := n.VM.PowerOff(powerTimeout); err != nil {
+		t.Fatal(err)
+	}
+	holderCopy := espCopy(t, m.c.Nodes[1], esp.UnlockCRL, esp.Ledger)
+	out := cli(t, "--config", m.config, "node", "remove", m.c.Nodes[0].Endpoint(), n.Name, "--fingerprint", m.c.Fingerprint)
+	if !strings.Contains(out, "removed member "+n.Name) {
+		t.Errorf("borough node remove printed:\n%s", out)
+	}
+	m.olderCRL(t, m.c.Nodes[1], holderCopy)
+	before := dataHash(t, n.Disk())
+	if err := m.c.Start(context.Background(), n, cfg); err != nil {
+		t.Fatal(err)
+	}
+	line, _, err := n.VM.WaitLine("borough: unlock: warning: waiting for unlock: 0 of", bootTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(line, "is revoked: the cluster removed it") {
+		t.Errorf("the removed node waits for its unlock key saying %q, want the holders' refusal", line)
+	}
+	if dataHash(t, n.Disk()) != before {
+		t.Error("the removed node changed its data partition")
+	}
+	n.VM.Kill()
+	m.ownerRecovery(t, n)
 }
 
 // oldSealedKey plays test (c) of the offline attacker on n, a voter:
