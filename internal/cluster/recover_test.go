@@ -143,8 +143,10 @@ func BenchmarkRecover(b *testing.B) {
 		if err := q.survivor.mgr.Recover(); err != nil {
 			b.Fatal(err)
 		}
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		// Each try waits a moment only: a put sent while etcd restarts
+		// waits out its whole timeout, which would be the figure.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			_, err := rc.Put(pctx, "after", "taken")
 			pcancel()
 			if err == nil {
