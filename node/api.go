@@ -89,8 +89,9 @@ type apiParts struct {
 	// nothing but the owner's unlock.
 	current *atomic.Pointer[enrolment.Enrolment]
 	// keys is the keeper of the node's cluster unlock key once bringUp
-	// has one: while the volume is locked, the API presents the identity
-	// on the ESP and takes the owner's unlock.
+	// has one (its methods answer for a nil one): while the volume is
+	// locked, the API presents the identity on the ESP and takes the
+	// owner's unlock.
 	keys *atomic.Pointer[clusterkey.Keeper]
 	mgr  *cluster.Manager
 	logs *logs
@@ -120,11 +121,10 @@ func apiService(p apiParts) supervisor.Service {
 	}
 	member, admission := apiIdentity(mgr)
 	identity := func() (*tls.Certificate, error) {
-		cert, err := member()
-		if k := keys.Load(); err != nil && k != nil {
-			return k.Identity()
+		if cert, err := member(); err == nil {
+			return cert, nil
 		}
-		return cert, err
+		return keys.Load().Identity()
 	}
 	s := &nodeapi.Server{
 		Owner: owner, Identity: identity, Admission: admission, Logs: lg.tree, Journal: lg.journal,
@@ -133,9 +133,7 @@ func apiService(p apiParts) supervisor.Service {
 			if p.mounted.Load() {
 				info.DataUsed, info.DataSize = dataUse(storage.DataRoot)
 			}
-			if k := keys.Load(); k != nil {
-				info.Escrow = escrowOf(k.Place())
-			}
+			info.Escrow = escrowOf(keys.Load().Place())
 			return info
 		},
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
@@ -157,26 +155,11 @@ func apiService(p apiParts) supervisor.Service {
 			}
 			return &nodepb.RestoreResponse{Cluster: m.Cluster, Revision: m.Revision, Taken: m.Taken.Unix(), SnapshotSha256: m.SnapshotSHA256}, nil
 		},
-		Locked: func() ([]byte, []byte, error) {
-			if k := keys.Load(); k != nil {
-				return k.Locked()
-			}
-			return nil, nil, clusterkey.ErrNotWaiting
-		},
-		SealedOwner: func() string {
-			if k := keys.Load(); k != nil {
-				return k.SealedOwner()
-			}
-			return ""
-		},
-		Unlock: func(sealed []byte) error {
-			if k := keys.Load(); k != nil {
-				return k.Unlock(sealed)
-			}
-			return clusterkey.ErrNotWaiting
-		},
-		Recover: mgr.Recover,
-		Network: p.network,
+		Locked:      func() ([]byte, []byte, error) { return keys.Load().Locked() },
+		SealedOwner: func() string { return keys.Load().SealedOwner() },
+		Unlock:      func(sealed []byte) error { return keys.Load().Unlock(sealed) },
+		Recover:     mgr.Recover,
+		Network:     p.network,
 		Enrol: func(config []byte) error {
 			if st := mgr.Status().State; !p.fresh || st != cluster.StateNew && st != cluster.StateFailed {
 				return errors.New("the node has a data volume: an enrolment config applies to a node's first boot only " +

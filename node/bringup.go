@@ -68,9 +68,6 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if settings.From != netconfig.FromEnrolment {
-		log.Info("network settings from " + settings.From)
-	}
 	net, err := network.Up(ctx, log.With(console.ServiceKey, "network"), settings.Interfaces,
 		&network.Leases{Path: esp.DHCPLeases.In(storage.ESPRoot)})
 	if err != nil {

@@ -206,13 +206,9 @@ func rememberCRL(node string, revoke func(remembered []byte) ([]byte, error)) er
 // cluster of node's pinned CA: the owner's own record of whom it revoked,
 // which the next removal builds on when a member has rewritten etcd's.
 func crlPath(node string) (string, error) {
-	b, err := os.ReadFile(caPath(node))
+	ca, err := pki.ReadCertPEM(caPath(node))
 	if err != nil {
 		return "", err
-	}
-	ca, err := pki.ParseCertPEM(b)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", caPath(node), err)
 	}
 	return filepath.Join(configDir, "revocations", strings.TrimPrefix(pki.Fingerprint(ca), "sha256:")+".der"), nil
 }

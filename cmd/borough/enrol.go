@@ -54,9 +54,7 @@ func enrolNode(stdout io.Writer, node, path string, f apiFlags) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), removedWait)
-	defer cancel()
-	if err := c.Enrol(ctx, b); err != nil {
+	if err := c.Enrol(context.Background(), b); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s reboots into its first boot with %s (cluster %s)\n", node, path, e.ClusterName)

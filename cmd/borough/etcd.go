@@ -165,15 +165,7 @@ func pinnedCA(node, fingerprint string) (*x509.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	ca, err := pki.ParseCertPEM(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return ca, nil
+	return pki.ReadCertPEM(path)
 }
 
 // asOwner runs fn with a client of node's cluster, as the owner, and a

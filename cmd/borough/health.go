@@ -115,11 +115,11 @@ func health(stdout io.Writer, endpoints []string, fingerprint string, given map[
 	if err != nil {
 		return fmt.Errorf("the cluster at %s does not answer (no quorum, or down): %w", strings.Join(endpoints, ","), err)
 	}
+	clients := memberClients{given: given, owner: kp, ca: ca}
 	for i := range h.Members {
 		m := &h.Members[i]
-		addr, err := memberAPI(m.Name, m.urls, given)
-		if err == nil {
-			m.ask(ctx, &nodeapi.Client{Addr: addr, Owner: kp, CA: ca, ServerName: m.Name})
+		if c, err := clients.client(m.Name, m.urls); err == nil {
+			m.ask(ctx, c)
 		} else {
 			m.Problems = append(m.Problems, "node API: "+err.Error())
 		}

@@ -49,9 +49,7 @@ func changeNetwork(stdout io.Writer, node string, f apiFlags, flags networkFlags
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), removedWait)
-	defer cancel()
-	if err := c.Network(ctx, n); err != nil {
+	if err := c.Network(context.Background(), n); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s reboots to try the new network; it keeps it once it runs in its cluster, "+

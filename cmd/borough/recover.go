@@ -82,11 +82,13 @@ func recoverCluster(stdout io.Writer, node string, f apiFlags, endpoint string) 
 
 // lostNodes waits until the member at endpoint serves alone and returns
 // the nodes lost: its etcd restarts, and a member that ran before the
-// recovery closes its client port a moment.
+// recovery closes its client port a moment. Each try may take what is
+// left of ctx's time, no more.
 func lostNodes(ctx context.Context, stdout io.Writer, endpoint, fingerprint string) ([]string, error) {
+	deadline, _ := ctx.Deadline()
 	for {
 		var lost []string
-		err := asOwnerFor(endpoint, fingerprint, recoverWait, func(ctx context.Context, cl *clientv3.Client) error {
+		err := asOwnerFor(endpoint, fingerprint, time.Until(deadline), func(ctx context.Context, cl *clientv3.Client) error {
 			if err := awaitAlone(ctx, cl); err != nil {
 				return err
 			}

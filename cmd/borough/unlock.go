@@ -38,9 +38,7 @@ volume; its etcd then waits for a quorum, or for 'borough cluster recover'.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), removedWait)
-			defer cancel()
-			return unlockNode(ctx, cmd.OutOrStdout(), c, key)
+			return unlockNode(context.Background(), cmd.OutOrStdout(), c, key)
 		},
 	}
 	f.add(c)

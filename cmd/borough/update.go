@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -132,13 +134,7 @@ func runRollout(stdout io.Writer, endpoints string, up rollout.Update, f updateF
 	}
 	defer etcd.Close()
 	c := &rollout.Cluster{Etcd: etcd, Out: stdout, Wait: f.wait, Settle: f.settle,
-		API: func(name string, clientURLs []string) (*nodeapi.Client, error) {
-			addr, err := memberAPI(name, clientURLs, addrs)
-			if err != nil {
-				return nil, err
-			}
-			return &nodeapi.Client{Addr: addr, Owner: kp, CA: ca, ServerName: name}, nil
-		}}
+		API: memberClients{given: addrs, owner: kp, ca: ca}.client}
 	fmt.Fprintf(stdout, "rolling %s out to the cluster at %s, one member at a time\n", up.Version, endpoints)
 	return c.Run(context.Background(), up)
 }
@@ -154,6 +150,24 @@ func apiAddrs(flags []string) (map[string]string, error) {
 		addrs[name] = addr
 	}
 	return addrs, nil
+}
+
+// memberClients make clients of members' node APIs, as the owner, each
+// checked against the cluster's CA and the member's name.
+type memberClients struct {
+	// given are the addresses --api gives, by member name.
+	given map[string]string
+	owner tls.Certificate
+	ca    *x509.Certificate
+}
+
+// client is a client of member name's node API (memberAPI).
+func (mc memberClients) client(name string, clientURLs []string) (*nodeapi.Client, error) {
+	addr, err := memberAPI(name, clientURLs, mc.given)
+	if err != nil {
+		return nil, err
+	}
+	return &nodeapi.Client{Addr: addr, Owner: mc.owner, CA: mc.ca, ServerName: name}, nil
 }
 
 // memberAPI is the node API address of member name: the one given, or its

@@ -31,13 +31,9 @@ import (
 // or "" if nothing changed.
 func (mg *Manager) reissueIfMoved() (string, error) {
 	f := mg.pkiFiles()
-	b, err := os.ReadFile(f.Cert())
+	cert, err := f.LoadCert()
 	if err != nil {
 		return "", err
-	}
-	cert, err := pki.ParseCertPEM(b)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", f.Cert(), err)
 	}
 	for _, ip := range cert.IPAddresses {
 		if ip.Equal(mg.cfg.IP.AsSlice()) {

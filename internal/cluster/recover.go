@@ -98,14 +98,14 @@ func (mg *Manager) Recover() error {
 	return nil
 }
 
-// forced says whether the member must start forced (a recorded request not
-// yet done), and marks it done once ready says the member runs.
-func (mg *Manager) forced(cfg *consensus.Config) (ready func() error, err error) {
+// forced sets cfg to start the member forced if a recorded request is not
+// yet done, and returns that request (nil if there is none).
+func (mg *Manager) forced(cfg *consensus.Config) (*recovery, error) {
 	mg.recovering.Lock()
 	defer mg.recovering.Unlock()
 	r, err := mg.readRecovery()
 	if err != nil || r == nil || !r.Done.IsZero() {
-		return func() error { return nil }, err
+		return nil, err
 	}
 	// This start is the one the request asked for: a wake-up sent with it
 	// would restart the member once more.
@@ -115,15 +115,19 @@ func (mg *Manager) forced(cfg *consensus.Config) (ready func() error, err error)
 	}
 	cfg.ForceNewCluster, cfg.Alone = true, true
 	mg.log.Warn("recovering: starting etcd as its cluster's only member, with its data (etcd's --force-new-cluster)")
-	return func() error {
-		r.Done = time.Now()
-		if err := mg.writeRecovery(r); err != nil {
-			return fmt.Errorf("recording the recovery done: %w", err)
-		}
-		mg.log.Warn("recovered: this member is its cluster's only member; remove the members that are gone " +
-			"(borough cluster recover does) and join new ones with tickets")
-		return nil
-	}, nil
+	return r, nil
+}
+
+// recovered records r, the request a forced start that now runs answered,
+// done.
+func (mg *Manager) recovered(r *recovery) error {
+	r.Done = time.Now()
+	if err := mg.writeRecovery(r); err != nil {
+		return fmt.Errorf("recording the recovery done: %w", err)
+	}
+	mg.log.Warn("recovered: this member is its cluster's only member; remove the members that are gone " +
+		"(borough cluster recover does) and join new ones with tickets")
+	return nil
 }
 
 // awaitRecover ends with errRecovering when the owner asks to recover, for

@@ -5,12 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/join"
-	"github.com/borough-os/borough/internal/pki"
 )
 
 // restart starts the member from its data. The cluster is the record's:
@@ -83,15 +81,15 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *Record) (*consensus.
 		err error
 	}
 	cfg := mg.consensusConfig(rec.Node, rec.Cluster, consensus.ModeRestart)
-	recovered, err := mg.forced(&cfg)
+	request, err := mg.forced(&cfg)
 	if err != nil {
 		return nil, err
 	}
 	done := make(chan result, 1)
 	go func() {
 		c, err := consensus.Start(ctx, cfg)
-		if err == nil {
-			if err = recovered(); err != nil {
+		if err == nil && request != nil {
+			if err = mg.recovered(request); err != nil {
 				c.Close()
 				c = nil
 			}
@@ -179,11 +177,7 @@ func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	b, err := os.ReadFile(f.CA())
-	if err != nil {
-		return false, err
-	}
-	ca, err := pki.ParseCertPEM(b)
+	ca, err := f.LoadCA()
 	if err != nil {
 		return false, err
 	}

@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/keyspace"
-	"github.com/borough-os/borough/internal/pki"
 )
 
 // Status is what the manager tells the node API about the node.
@@ -111,11 +110,7 @@ func (mg *Manager) Identity() (*tls.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the node's certificate: %w", err)
 	}
-	b, err := os.ReadFile(files.CA())
-	if err != nil {
-		return nil, fmt.Errorf("the cluster CA: %w", err)
-	}
-	ca, err := pki.ParseCertPEM(b)
+	ca, err := files.LoadCA()
 	if err != nil {
 		return nil, fmt.Errorf("the cluster CA: %w", err)
 	}

@@ -22,7 +22,8 @@ import (
 // Locked gives the owner the node's keys sealed to the owner
 // (esp.OwnerRecovery, bound to the node's key) and a key made for this
 // wait; Unlock takes the CUK sealed to that key, once the record's hash
-// of the CUK matches it.
+// of the CUK matches it. These, Identity and Place answer for a nil
+// Keeper too (a node with none yet): not waiting, no identity, no place.
 
 // ErrNotWaiting refuses an owner's unlock of a node that does not wait
 // for its CUK.
@@ -46,7 +47,7 @@ type wait struct {
 // after it as a member's, which the node API presents while the data
 // volume is locked: the owner's record is bound to that key.
 func (k *Keeper) Identity() (*tls.Certificate, error) {
-	if k.id == nil {
+	if k == nil || k.id == nil {
 		return nil, errors.New("no identity on the ESP")
 	}
 	c := k.id.Cert
@@ -57,6 +58,9 @@ func (k *Keeper) Identity() (*tls.Certificate, error) {
 // Locked returns, while Get waits for the CUK, the node's record sealed
 // to its owner as on the ESP and the public key to seal the CUK to.
 func (k *Keeper) Locked() (record, key []byte, err error) {
+	if k == nil {
+		return nil, nil, ErrNotWaiting
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	switch w := k.waiting; {
@@ -72,6 +76,9 @@ func (k *Keeper) Locked() (record, key []byte, err error) {
 // SealedOwner returns, while Get waits for the CUK, the fingerprint of the
 // owner the node's record is sealed to; "" otherwise.
 func (k *Keeper) SealedOwner() string {
+	if k == nil {
+		return ""
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if w := k.waiting; w != nil && w.why == nil {
@@ -83,6 +90,9 @@ func (k *Keeper) SealedOwner() string {
 // Unlock hands Get the CUK the owner sealed to the wait's key, once it
 // checks against the node's record.
 func (k *Keeper) Unlock(sealed []byte) error {
+	if k == nil {
+		return ErrNotWaiting
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	w := k.waiting

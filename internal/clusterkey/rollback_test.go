@@ -14,7 +14,6 @@ import (
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
-	"github.com/borough-os/borough/internal/tpm"
 	"github.com/borough-os/borough/internal/tpmtest"
 )
 
@@ -24,14 +23,7 @@ import (
 // file, erases it, and goes to its peers.
 func TestOldSealedKeyPutBack(t *testing.T) {
 	tp := tpmtest.New(t, 3)
-	epoch, err := tp.Epoch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcrs, err := tp.PCRs(tpm.DefaultPCRs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pcrs, epoch := tpmtest.BootState(t, tp)
 	root := t.TempDir()
 	os.MkdirAll(filepath.Dir(esp.CUKEscrow.In(root)), 0o700)
 	boot := func() (*Keeper, *bytes.Buffer) {

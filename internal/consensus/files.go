@@ -32,32 +32,18 @@ func (f Files) Owner() string { return filepath.Join(f.Dir, "owner.pem") }
 // LoadOwner reads the owner's certificate; nil, for a cluster without an
 // owner.
 func (f Files) LoadOwner() (*x509.Certificate, error) {
-	b, err := os.ReadFile(f.Owner())
+	owner, err := pki.ReadCertPEM(f.Owner())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	owner, err := pki.ParseCertPEM(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Owner(), err)
-	}
-	return owner, nil
+	return owner, err
 }
 
 // LoadCert reads the node's certificate.
-func (f Files) LoadCert() (*x509.Certificate, error) {
-	b, err := os.ReadFile(f.Cert())
-	if err != nil {
-		return nil, err
-	}
-	cert, err := pki.ParseCertPEM(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Cert(), err)
-	}
-	return cert, nil
-}
+func (f Files) LoadCert() (*x509.Certificate, error) { return pki.ReadCertPEM(f.Cert()) }
+
+// LoadCA reads the cluster CA's certificate.
+func (f Files) LoadCA() (*x509.Certificate, error) { return pki.ReadCertPEM(f.CA()) }
 
 // CAKey is the node's copy of the cluster CA's key, with which it gives
 // itself a new certificate when its address changed while it was down

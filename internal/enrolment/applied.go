@@ -94,38 +94,6 @@ func Load(log *slog.Logger, espRoot string, fresh bool) (*Enrolment, error) {
 	return e, nil
 }
 
-// awaitingConfig returns, for a fresh node without a config that its
-// owner reset (esp.ResetOwner), a config that waits for one from that
-// owner; nil for any other.
-func awaitingConfig(espRoot string) (*Enrolment, error) {
-	b, err := os.ReadFile(esp.ResetOwner.In(espRoot))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	owner, err := pki.ParseCertPEM(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", esp.ResetOwner, err)
-	}
-	return &Enrolment{Source: sourceNone, ClusterName: DefaultClusterName, Owner: owner, AwaitsConfig: true, OwnerRecovery: true}, nil
-}
-
-// forgetResetOwner removes the owner a reset named, once the node has a
-// data volume with a config: a config refused before (its ticket spent,
-// say) leaves the node waiting for its owner's again.
-func forgetResetOwner(espRoot string) error {
-	path := esp.ResetOwner.In(espRoot)
-	if _, err := os.Stat(path); err != nil {
-		return nil
-	}
-	if err := atomicfile.Remove(path); err != nil {
-		return fmt.Errorf("removing %s: %w", esp.ResetOwner, err)
-	}
-	return nil
-}
-
 // Provisional says whether e is an established node's config as read
 // from the ESP, not yet confirmed by the data volume's record: nothing in
 // it that grants authority may be trusted.

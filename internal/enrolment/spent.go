@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/esp"
-	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -120,26 +118,4 @@ func Spend(e *Enrolment, espRoot, dataRoot string) ([]string, error) {
 		}
 	}
 	return done, nil
-}
-
-// Push writes b, a config the owner sent through the node API, to the ESP
-// mounted at espRoot for the node's next boot, once it checks at now: a
-// config that does not parse, whose ticket has expired or was spent, is
-// refused.
-func Push(b []byte, espRoot string, now time.Time) error {
-	e, err := Parse(b, "the owner's node API", now)
-	if err != nil {
-		return err
-	}
-	if e.Spent() {
-		return fmt.Errorf("the config the owner sent: %w", ErrSpent)
-	}
-	if t := e.Ticket; t != nil && now.Unix() >= t.GetExpires() {
-		return fmt.Errorf("the config the owner sent: its ticket expired at %s",
-			time.Unix(t.GetExpires(), 0).UTC().Format(time.RFC3339))
-	}
-	if err := atomicfile.Update(esp.PushedEnrolment.In(espRoot), b, 0o600); err != nil {
-		return fmt.Errorf("writing the config the owner sent: %w", err)
-	}
-	return nil
 }

@@ -120,7 +120,7 @@ func Load(log *slog.Logger, l *espledger.Ledger, e *enrolment.Enrolment) (*Setti
 			return nil, fmt.Errorf("marking the network to try tried: %w", err)
 		}
 		s.trial, s.Trial, s.From = trial, true, "the owner's change, on trial"
-		return s, s.use(trial)
+		return s, s.use(log, trial)
 	}
 	kept, err := read(l, esp.Network)
 	if err != nil {
@@ -129,13 +129,14 @@ func Load(log *slog.Logger, l *espledger.Ledger, e *enrolment.Enrolment) (*Setti
 	}
 	if kept != nil {
 		s.From = "the owner's change"
-		return s, s.use(kept)
+		return s, s.use(log, kept)
 	}
 	return s, nil
 }
 
-// use takes r's network.
-func (s *Settings) use(r *record) error {
+// use takes r's network, saying so.
+func (s *Settings) use(log *slog.Logger, r *record) error {
+	log.Info("network settings from " + s.From)
 	var n enrolmentpb.Network
 	if err := proto.Unmarshal(r.Network, &n); err != nil {
 		return fmt.Errorf("the owner's network: %w", err)

@@ -299,9 +299,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.Update(&req)
-	if err != nil {
-		s.Log.Warn("refused an update", "err", err)
-		http.Error(w, err.Error(), http.StatusConflict)
+	if s.refused(w, "an update", err) {
 		return
 	}
 	s.Log.Info("update installed; rebooting into it on trial", "slot", resp.GetSlot(), "version", resp.GetVersion())
@@ -319,9 +317,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.Restore(r.Context(), r.Body)
-	if err != nil {
-		s.Log.Warn("refused a backup", "err", err)
-		http.Error(w, err.Error(), http.StatusConflict)
+	if s.refused(w, "a backup", err) {
 		return
 	}
 	s.Log.Info("took the owner's backup; restoring it", "cluster", resp.GetCluster(), "revision", resp.GetRevision())
@@ -338,9 +334,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this node does not reset", http.StatusConflict)
 		return
 	}
-	if err := s.Reset(req.GetForce()); err != nil {
-		s.Log.Warn("refused a reset", "err", err)
-		http.Error(w, err.Error(), http.StatusConflict)
+	if s.refused(w, "a reset", s.Reset(req.GetForce())) {
 		return
 	}
 	s.Log.Info("the owner asked for a reset: rebooting to erase the node", "force", req.GetForce())
@@ -375,9 +369,7 @@ func (s *Server) unlock(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this node is not waiting for its unlock key", http.StatusConflict)
 		return
 	}
-	if err := s.Unlock(req.GetSealed()); err != nil {
-		s.Log.Warn("refused an unlock key from the owner", "err", err)
-		http.Error(w, err.Error(), http.StatusConflict)
+	if s.refused(w, "an unlock key from the owner", s.Unlock(req.GetSealed())) {
 		return
 	}
 	reply(w, &nodepb.UnlockResponse{})
@@ -393,9 +385,7 @@ func (s *Server) recover(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this node recovers no cluster", http.StatusConflict)
 		return
 	}
-	if err := s.Recover(); err != nil {
-		s.Log.Warn("refused to recover the cluster", "err", err)
-		http.Error(w, err.Error(), http.StatusConflict)
+	if s.refused(w, "to recover the cluster", s.Recover()) {
 		return
 	}
 	reply(w, &nodepb.RecoverResponse{})
@@ -411,9 +401,7 @@ func (s *Server) network(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this node takes no network settings", http.StatusConflict)
 		return
 	}
-	if err := s.Network(req.GetNetwork()); err != nil {
-		s.Log.Warn("refused network settings", "err", err)
-		http.Error(w, err.Error(), http.StatusConflict)
+	if s.refused(w, "network settings", s.Network(req.GetNetwork())) {
 		return
 	}
 	s.Log.Info("the owner sent network settings: rebooting to try them")
@@ -431,13 +419,22 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this node takes no enrolment config", http.StatusConflict)
 		return
 	}
-	if err := s.Enrol(req.GetConfig()); err != nil {
-		s.Log.Warn("refused an enrolment config", "err", err)
-		http.Error(w, err.Error(), http.StatusConflict)
+	if s.refused(w, "an enrolment config", s.Enrol(req.GetConfig())) {
 		return
 	}
 	s.Log.Info("the owner sent an enrolment config: rebooting to take it")
 	s.replyThenPower(w, &nodepb.EnrolResponse{}, nodepb.PowerRequest_ACTION_REBOOT)
+}
+
+// refused answers err, the node's refusal of what (the owner's request),
+// if there is one, and says whether there was.
+func (s *Server) refused(w http.ResponseWriter, what string, err error) bool {
+	if err == nil {
+		return false
+	}
+	s.Log.Warn("refused "+what, "err", err)
+	http.Error(w, err.Error(), http.StatusConflict)
+	return true
 }
 
 // replyThenPower answers m, and once the answer is sent reboots the node

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"os"
 	"time"
 )
 
@@ -186,6 +187,20 @@ func ParseCertPEM(b []byte) (*x509.Certificate, error) {
 		return nil, errors.New("no PEM certificate")
 	}
 	return x509.ParseCertificate(block.Bytes)
+}
+
+// ReadCertPEM reads the first certificate in the PEM file at path; an
+// error names the file, and a missing one is os.ErrNotExist.
+func ReadCertPEM(path string) (*x509.Certificate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseCertPEM(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
 }
 
 // ParseKeyPEM parses a PKCS #8 PEM private key.

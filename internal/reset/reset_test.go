@@ -23,14 +23,7 @@ import (
 // on the ESP, for the node to wait for a config from.
 func TestErase(t *testing.T) {
 	tp := tpmtest.New(t, 11)
-	epoch, err := tp.Epoch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcrs, err := tp.PCRs(tpm.DefaultPCRs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pcrs, epoch := tpmtest.BootState(t, tp)
 	sealed, err := tp.SealTo([]byte("a key of the node's old life"), pcrs, epoch)
 	if err != nil {
 		t.Fatal(err)

@@ -24,3 +24,18 @@ func New(t testing.TB, seed int64) *tpm.TPM {
 	t.Cleanup(func() { sim.Close() })
 	return tpm.New(transport.FromReadWriteCloser(sim))
 }
+
+// BootState returns what a boot seals its keys to on tp: the values of
+// tpm.DefaultPCRs and the TPM's epoch.
+func BootState(t testing.TB, tp *tpm.TPM) (map[uint][]byte, uint64) {
+	t.Helper()
+	epoch, err := tp.Epoch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcrs, err := tp.PCRs(tpm.DefaultPCRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pcrs, epoch
+}
