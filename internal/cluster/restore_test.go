@@ -152,8 +152,16 @@ func TestRestoreInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if removed, err := join.Status(ctx, []string{"127.0.0.12:7834"}, readCA(t, n), ownerCert, oldCert); !removed || err != nil {
-		t.Errorf("the old node's status at the restored cluster = %v, %v; want removed", removed, err)
+	// The member puts the new CRL in force within seconds of its write
+	// (its CRL watcher), and answers by the one in force.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		removed, err := join.Status(ctx, []string{"127.0.0.12:7834"}, readCA(t, n), ownerCert, oldCert)
+		if removed && err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old node's status at the restored cluster 30 s after its revocation = %v, %v; want removed", removed, err)
+		}
 	}
 	tk, err := admin.MintTicket(ctx, rc, admin.TicketParams{}, owner)
 	if err != nil {
