@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -200,10 +201,9 @@ func (mg *Manager) serveRestarting(ctx context.Context, c *consensus.Consensus, 
 // service under a supervisor that restarts a failed one with backoff,
 // until the member ends (consensus.ErrRetime, ErrRemoved, a failure), a
 // peer says the node was removed, or ctx ends. It returns only once every
-// service has returned, and closes the member after them, not under them:
-// a member restarted with the cluster's timing starts its services after
-// the old ones have stopped, so that two escrow loops never write the ESP
-// at once.
+// service has returned: a member restarted with the cluster's timing
+// starts its services after the old ones have stopped, so that two
+// escrow loops never write the ESP at once.
 func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Record) error {
 	mg.serving.Store(c)
 	defer mg.serving.Store(nil)
@@ -212,7 +212,7 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 		js.Addr = net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(join.Port))
 	}
 	services := []supervisor.Service{
-		{Name: "etcd", Run: func(ctx context.Context) error { return ends(ctx, c.Serve(ctx)) }},
+		{Name: "etcd", Run: func(ctx context.Context) error { return ends(ctx, c.Run(ctx)) }},
 		{Name: "join-endpoint", Run: js.Run},
 		{Name: "removal-watch", Run: func(ctx context.Context) error { return ends(ctx, mg.watchRemoval(ctx, c, rec.Node)) }},
 		{Name: "promotion-report", Run: func(ctx context.Context) error { mg.reportPromotion(ctx, c); return nil }},
@@ -237,7 +237,6 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 	}
 	err := supervisor.Run(ctx, mg.log, supervisor.Options{}, services...)
 	running.Wait()
-	c.Close()
 	return err
 }
 
@@ -402,7 +401,11 @@ func (mg *Manager) ips() []net.IP {
 
 // caFingerprint reads the CA file's fingerprint, for the log.
 func (mg *Manager) caFingerprint() string {
-	ca, err := mg.pkiFiles().LoadCA()
+	b, err := os.ReadFile(mg.pkiFiles().CA())
+	if err != nil {
+		return "unknown"
+	}
+	ca, err := pki.ParseCertPEM(b)
 	if err != nil {
 		return "unknown"
 	}

@@ -83,7 +83,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -295,30 +294,24 @@ func (c *Consensus) MemberID() uint64  { return uint64(c.etcd.Server.MemberID())
 // ErrRemoved says the cluster removed this member.
 var ErrRemoved = errors.New("the cluster removed this member")
 
-// Run is Serve, then closes the member: the client, then etcd, which
-// stops serving and closes its data.
-func (c *Consensus) Run(ctx context.Context) error {
-	defer c.Close()
-	return c.Serve(ctx)
-}
-
-// Serve keeps the CRL file current, promotes learners and turns etcd
-// authentication on (auth.go) until ctx ends or etcd stops, and returns
-// once those watchers have: a Range of theirs under way as etcd closes
-// reads a closed database (a panic in bbolt). The caller closes the member
-// once everything else that uses its client has returned too.
+// Run keeps the CRL file current, promotes learners and turns etcd
+// authentication on (auth.go) until ctx ends or etcd stops, then closes
+// the member. Shutdown order:
+//  1. the watchers stop with ctx;
+//  2. the client closes;
+//  3. etcd stops serving and closes its data.
 //
 // It returns ErrRemoved when etcd stopped because the cluster removed the
 // member.
-func (c *Consensus) Serve(ctx context.Context) error {
+func (c *Consensus) Run(ctx context.Context) error {
+	defer c.Close()
+	// Stops the watchers (before Close, deferred earlier) whatever ends Run.
 	ctx, cancel := context.WithCancel(ctx)
-	var watchers sync.WaitGroup
-	defer watchers.Wait()
 	defer cancel()
 	errs := make(chan error, 3)
-	for _, watch := range []func(context.Context) error{c.watchCRL, c.autopromote, c.keepAuth} {
-		watchers.Go(func() { errs <- watch(ctx) })
-	}
+	go func() { errs <- c.watchCRL(ctx) }()
+	go func() { errs <- c.autopromote(ctx) }()
+	go func() { errs <- c.keepAuth(ctx) }()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
