@@ -167,6 +167,7 @@ type Config struct {
 type Consensus struct {
 	cfg  Config
 	etcd *embed.Etcd
+	gate *gate
 	// Client calls this member's API in process.
 	Client *clientv3.Client
 }
@@ -284,7 +285,8 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return &Consensus{cfg: cfg, etcd: e, Client: localClient(e.Server, nodeUser)}, nil
+	g := newGate()
+	return &Consensus{cfg: cfg, etcd: e, gate: g, Client: localClient(e.Server, nodeUser, g)}, nil
 }
 
 // ClusterID and MemberID identify the cluster and this member.
@@ -367,8 +369,12 @@ type Member struct {
 	PeerURLs []string
 }
 
-// Close stops the member.
+// Close stops the member: the node's own requests end first (gate.go),
+// then its client, then etcd and its data.
 func (c *Consensus) Close() {
+	if !c.gate.close() {
+		c.cfg.Log.Warn("closing etcd with requests of the node still in it", "waited", closeWait)
+	}
 	c.Client.Close()
 	c.etcd.Close()
 }

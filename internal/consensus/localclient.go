@@ -38,10 +38,16 @@ import (
 // the node must add and remove members, which etcd lets root alone do.
 const nodeUser = "root"
 
-// as puts in a request's context the identity of user.
-type as struct{ user *x509.Certificate }
+// as puts in a request's context the identity of user, and lets the
+// request in through g.
+type as struct {
+	user *x509.Certificate
+	g    *gate
+}
 
-func asUser(name string) as { return as{user: &x509.Certificate{Subject: pkix.Name{CommonName: name}}} }
+func asUser(name string, g *gate) as {
+	return as{user: &x509.Certificate{Subject: pkix.Name{CommonName: name}}, g: g}
+}
 
 func (a as) ctx(ctx context.Context) context.Context {
 	ctx = peer.NewContext(ctx, &peer.Peer{AuthInfo: credentials.TLSInfo{
@@ -53,16 +59,34 @@ func (a as) ctx(ctx context.Context) context.Context {
 	return ctx
 }
 
-// fresh retries op while etcd refuses it because its authentication
-// store changed under it (a user or role added, authentication turned
-// on): a request takes the store's revision when it starts, and etcd
-// refuses it, unapplied, if the store moved on before it ended. The next
-// attempt takes the new revision. A client of etcd's over TLS retries
-// too; without this, the owner adding a user could fail any request of
-// the node's, the watch of its CRL among them.
-func fresh[T any](op func() (T, error)) (T, error) {
+// stream serves a stream through the gate, as the client's user.
+func (a as) stream(ctx context.Context, serve func(context.Context) error) error {
+	ctx, leave, err := a.g.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return serve(a.ctx(ctx))
+}
+
+// fresh serves a request through the gate, as the client's user, and
+// retries op while etcd refuses it because its authentication store
+// changed under it (a user or role added, authentication turned on): a
+// request takes the store's revision when it starts, and etcd refuses it,
+// unapplied, if the store moved on before it ended. The next attempt takes
+// the new revision. A client of etcd's over TLS retries too; without this,
+// the owner adding a user could fail any request of the node's, the watch
+// of its CRL among them.
+func fresh[T any](a as, ctx context.Context, op func(context.Context) (T, error)) (T, error) {
+	ctx, leave, err := a.g.enter(ctx)
+	if err != nil {
+		var none T
+		return none, err
+	}
+	defer leave()
+	ctx = a.ctx(ctx)
 	for attempt := 1; ; attempt++ {
-		r, err := op()
+		r, err := op(ctx)
 		if attempt < freshAttempts && errors.Is(rpctypes.Error(err), rpctypes.ErrAuthOldRevision) {
 			continue
 		}
@@ -76,8 +100,8 @@ const freshAttempts = 10
 
 // localClient is a client of s in this process whose requests are made
 // as user.
-func localClient(s *etcdserver.EtcdServer, user string) *clientv3.Client {
-	a := asUser(user)
+func localClient(s *etcdserver.EtcdServer, user string, g *gate) *clientv3.Client {
+	a := asUser(user, g)
 	c := clientv3.NewCtxClient(context.Background(), clientv3.WithZapLogger(s.Logger()))
 	c.KV = clientv3.NewKVFromKVClient(adapter.KvServerToKvClient(kvAs{v3rpc.NewQuotaKVServer(s), a}), c)
 	c.Lease = clientv3.NewLeaseFromLeaseClient(adapter.LeaseServerToLeaseClient(leaseAs{v3rpc.NewQuotaLeaseServer(s), a}), c, time.Second)
@@ -123,27 +147,29 @@ type kvAs struct {
 }
 
 func (s kvAs) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	return fresh(func() (*pb.RangeResponse, error) { return s.KVServer.Range(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.RangeResponse, error) { return s.KVServer.Range(ctx, r) })
 }
 
 func (s kvAs) RangeStream(r *pb.RangeRequest, st grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
-	return s.KVServer.RangeStream(r, streamAs[pb.RangeStreamResponse]{st, s.ctx(st.Context())})
+	return s.stream(st.Context(), func(ctx context.Context) error {
+		return s.KVServer.RangeStream(r, streamAs[pb.RangeStreamResponse]{st, ctx})
+	})
 }
 
 func (s kvAs) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	return fresh(func() (*pb.PutResponse, error) { return s.KVServer.Put(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.PutResponse, error) { return s.KVServer.Put(ctx, r) })
 }
 
 func (s kvAs) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	return fresh(func() (*pb.DeleteRangeResponse, error) { return s.KVServer.DeleteRange(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.DeleteRangeResponse, error) { return s.KVServer.DeleteRange(ctx, r) })
 }
 
 func (s kvAs) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	return fresh(func() (*pb.TxnResponse, error) { return s.KVServer.Txn(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.TxnResponse, error) { return s.KVServer.Txn(ctx, r) })
 }
 
 func (s kvAs) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	return fresh(func() (*pb.CompactionResponse, error) { return s.KVServer.Compact(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.CompactionResponse, error) { return s.KVServer.Compact(ctx, r) })
 }
 
 type watchAs struct {
@@ -152,7 +178,9 @@ type watchAs struct {
 }
 
 func (s watchAs) Watch(st grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResponse]) error {
-	return s.WatchServer.Watch(bidiAs[pb.WatchRequest, pb.WatchResponse]{st, s.ctx(st.Context())})
+	return s.stream(st.Context(), func(ctx context.Context) error {
+		return s.WatchServer.Watch(bidiAs[pb.WatchRequest, pb.WatchResponse]{st, ctx})
+	})
 }
 
 type leaseAs struct {
@@ -161,23 +189,27 @@ type leaseAs struct {
 }
 
 func (s leaseAs) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	return fresh(func() (*pb.LeaseGrantResponse, error) { return s.LeaseServer.LeaseGrant(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.LeaseGrantResponse, error) { return s.LeaseServer.LeaseGrant(ctx, r) })
 }
 
 func (s leaseAs) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	return fresh(func() (*pb.LeaseRevokeResponse, error) { return s.LeaseServer.LeaseRevoke(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.LeaseRevokeResponse, error) { return s.LeaseServer.LeaseRevoke(ctx, r) })
 }
 
 func (s leaseAs) LeaseKeepAlive(st grpc.BidiStreamingServer[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]) error {
-	return s.LeaseServer.LeaseKeepAlive(bidiAs[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]{st, s.ctx(st.Context())})
+	return s.stream(st.Context(), func(ctx context.Context) error {
+		return s.LeaseServer.LeaseKeepAlive(bidiAs[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]{st, ctx})
+	})
 }
 
 func (s leaseAs) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	return fresh(func() (*pb.LeaseTimeToLiveResponse, error) { return s.LeaseServer.LeaseTimeToLive(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) {
+		return s.LeaseServer.LeaseTimeToLive(ctx, r)
+	})
 }
 
 func (s leaseAs) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
-	return fresh(func() (*pb.LeaseLeasesResponse, error) { return s.LeaseServer.LeaseLeases(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.LeaseLeasesResponse, error) { return s.LeaseServer.LeaseLeases(ctx, r) })
 }
 
 type clusterAs struct {
@@ -186,23 +218,29 @@ type clusterAs struct {
 }
 
 func (s clusterAs) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
-	return fresh(func() (*pb.MemberAddResponse, error) { return s.ClusterServer.MemberAdd(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.MemberAddResponse, error) { return s.ClusterServer.MemberAdd(ctx, r) })
 }
 
 func (s clusterAs) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
-	return fresh(func() (*pb.MemberRemoveResponse, error) { return s.ClusterServer.MemberRemove(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.MemberRemoveResponse, error) {
+		return s.ClusterServer.MemberRemove(ctx, r)
+	})
 }
 
 func (s clusterAs) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
-	return fresh(func() (*pb.MemberUpdateResponse, error) { return s.ClusterServer.MemberUpdate(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.MemberUpdateResponse, error) {
+		return s.ClusterServer.MemberUpdate(ctx, r)
+	})
 }
 
 func (s clusterAs) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	return fresh(func() (*pb.MemberListResponse, error) { return s.ClusterServer.MemberList(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.MemberListResponse, error) { return s.ClusterServer.MemberList(ctx, r) })
 }
 
 func (s clusterAs) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	return fresh(func() (*pb.MemberPromoteResponse, error) { return s.ClusterServer.MemberPromote(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.MemberPromoteResponse, error) {
+		return s.ClusterServer.MemberPromote(ctx, r)
+	})
 }
 
 type maintenanceAs struct {
@@ -211,35 +249,41 @@ type maintenanceAs struct {
 }
 
 func (s maintenanceAs) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	return fresh(func() (*pb.AlarmResponse, error) { return s.MaintenanceServer.Alarm(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AlarmResponse, error) { return s.MaintenanceServer.Alarm(ctx, r) })
 }
 
 func (s maintenanceAs) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return fresh(func() (*pb.StatusResponse, error) { return s.MaintenanceServer.Status(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.StatusResponse, error) { return s.MaintenanceServer.Status(ctx, r) })
 }
 
 func (s maintenanceAs) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	return fresh(func() (*pb.DefragmentResponse, error) { return s.MaintenanceServer.Defragment(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.DefragmentResponse, error) {
+		return s.MaintenanceServer.Defragment(ctx, r)
+	})
 }
 
 func (s maintenanceAs) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
-	return fresh(func() (*pb.HashResponse, error) { return s.MaintenanceServer.Hash(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.HashResponse, error) { return s.MaintenanceServer.Hash(ctx, r) })
 }
 
 func (s maintenanceAs) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	return fresh(func() (*pb.HashKVResponse, error) { return s.MaintenanceServer.HashKV(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.HashKVResponse, error) { return s.MaintenanceServer.HashKV(ctx, r) })
 }
 
 func (s maintenanceAs) Snapshot(r *pb.SnapshotRequest, st grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
-	return s.MaintenanceServer.Snapshot(r, streamAs[pb.SnapshotResponse]{st, s.ctx(st.Context())})
+	return s.stream(st.Context(), func(ctx context.Context) error {
+		return s.MaintenanceServer.Snapshot(r, streamAs[pb.SnapshotResponse]{st, ctx})
+	})
 }
 
 func (s maintenanceAs) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	return fresh(func() (*pb.MoveLeaderResponse, error) { return s.MaintenanceServer.MoveLeader(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.MoveLeaderResponse, error) {
+		return s.MaintenanceServer.MoveLeader(ctx, r)
+	})
 }
 
 func (s maintenanceAs) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
-	return fresh(func() (*pb.DowngradeResponse, error) { return s.MaintenanceServer.Downgrade(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.DowngradeResponse, error) { return s.MaintenanceServer.Downgrade(ctx, r) })
 }
 
 type authAs struct {
@@ -248,71 +292,75 @@ type authAs struct {
 }
 
 func (s authAs) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
-	return fresh(func() (*pb.AuthEnableResponse, error) { return s.AuthServer.AuthEnable(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthEnableResponse, error) { return s.AuthServer.AuthEnable(ctx, r) })
 }
 
 func (s authAs) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
-	return fresh(func() (*pb.AuthDisableResponse, error) { return s.AuthServer.AuthDisable(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthDisableResponse, error) { return s.AuthServer.AuthDisable(ctx, r) })
 }
 
 func (s authAs) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
-	return fresh(func() (*pb.AuthStatusResponse, error) { return s.AuthServer.AuthStatus(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthStatusResponse, error) { return s.AuthServer.AuthStatus(ctx, r) })
 }
 
 func (s authAs) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
-	return fresh(func() (*pb.AuthUserAddResponse, error) { return s.AuthServer.UserAdd(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthUserAddResponse, error) { return s.AuthServer.UserAdd(ctx, r) })
 }
 
 func (s authAs) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
-	return fresh(func() (*pb.AuthUserGetResponse, error) { return s.AuthServer.UserGet(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthUserGetResponse, error) { return s.AuthServer.UserGet(ctx, r) })
 }
 
 func (s authAs) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
-	return fresh(func() (*pb.AuthUserListResponse, error) { return s.AuthServer.UserList(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthUserListResponse, error) { return s.AuthServer.UserList(ctx, r) })
 }
 
 func (s authAs) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
-	return fresh(func() (*pb.AuthUserDeleteResponse, error) { return s.AuthServer.UserDelete(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthUserDeleteResponse, error) { return s.AuthServer.UserDelete(ctx, r) })
 }
 
 func (s authAs) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
-	return fresh(func() (*pb.AuthUserChangePasswordResponse, error) {
-		return s.AuthServer.UserChangePassword(s.ctx(ctx), r)
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthUserChangePasswordResponse, error) {
+		return s.AuthServer.UserChangePassword(ctx, r)
 	})
 }
 
 func (s authAs) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
-	return fresh(func() (*pb.AuthUserGrantRoleResponse, error) { return s.AuthServer.UserGrantRole(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthUserGrantRoleResponse, error) {
+		return s.AuthServer.UserGrantRole(ctx, r)
+	})
 }
 
 func (s authAs) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
-	return fresh(func() (*pb.AuthUserRevokeRoleResponse, error) { return s.AuthServer.UserRevokeRole(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthUserRevokeRoleResponse, error) {
+		return s.AuthServer.UserRevokeRole(ctx, r)
+	})
 }
 
 func (s authAs) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
-	return fresh(func() (*pb.AuthRoleAddResponse, error) { return s.AuthServer.RoleAdd(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthRoleAddResponse, error) { return s.AuthServer.RoleAdd(ctx, r) })
 }
 
 func (s authAs) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
-	return fresh(func() (*pb.AuthRoleGetResponse, error) { return s.AuthServer.RoleGet(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthRoleGetResponse, error) { return s.AuthServer.RoleGet(ctx, r) })
 }
 
 func (s authAs) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
-	return fresh(func() (*pb.AuthRoleListResponse, error) { return s.AuthServer.RoleList(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthRoleListResponse, error) { return s.AuthServer.RoleList(ctx, r) })
 }
 
 func (s authAs) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
-	return fresh(func() (*pb.AuthRoleDeleteResponse, error) { return s.AuthServer.RoleDelete(s.ctx(ctx), r) })
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthRoleDeleteResponse, error) { return s.AuthServer.RoleDelete(ctx, r) })
 }
 
 func (s authAs) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
-	return fresh(func() (*pb.AuthRoleGrantPermissionResponse, error) {
-		return s.AuthServer.RoleGrantPermission(s.ctx(ctx), r)
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthRoleGrantPermissionResponse, error) {
+		return s.AuthServer.RoleGrantPermission(ctx, r)
 	})
 }
 
 func (s authAs) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
-	return fresh(func() (*pb.AuthRoleRevokePermissionResponse, error) {
-		return s.AuthServer.RoleRevokePermission(s.ctx(ctx), r)
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AuthRoleRevokePermissionResponse, error) {
+		return s.AuthServer.RoleRevokePermission(ctx, r)
 	})
 }
