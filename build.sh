@@ -17,7 +17,7 @@ packages=(
 	build-essential bc flex bison libelf-dev libssl-dev cpio linux-source-6.1
 	systemd-boot-efi ovmf qemu-system-x86 swtpm swtpm-tools
 	e2fsprogs dosfstools mtools gdisk cryptsetup-bin protobuf-compiler etcd-client
-	sbsigntool efitools osslsigncode squashfs-tools nbdkit qemu-utils dnsmasq-base
+	sbsigntool efitools osslsigncode squashfs-tools nbdkit qemu-utils dnsmasq-base prometheus
 )
 
 say() { printf 'build: %s\n' "$*" >&2; }

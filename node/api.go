@@ -21,6 +21,7 @@ import (
 	"github.com/borough-os/borough/internal/hardware"
 	"github.com/borough-os/borough/internal/kmsg"
 	"github.com/borough-os/borough/internal/logtree"
+	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pid1"
 	"github.com/borough-os/borough/internal/reset"
@@ -181,6 +182,7 @@ func apiService(p apiParts) supervisor.Service {
 			request(requests, code)
 		},
 	}
+	s.Metrics = metrics.Handler(s.Info)
 	return supervisor.Service{Name: "node-api", Run: func(ctx context.Context) error {
 		s.Log = supervisor.Logger(ctx)
 		return s.Run(ctx)

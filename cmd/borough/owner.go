@@ -62,7 +62,7 @@ escrow opens with it alone.`,
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return ownerEncrypt(cmd.OutOrStdout()) },
 	})
-	c.AddCommand(ownerRotateCommand())
+	c.AddCommand(ownerRotateCommand(), metricsCredentialCommand())
 	return c
 }
 

@@ -16,16 +16,21 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
-// Client calls one node's API as its owner.
+// Client calls one node's API as its owner (or, for Metrics, as a
+// metrics credential).
 type Client struct {
 	// Addr is the node API's "host:port".
 	Addr  string
@@ -79,11 +84,16 @@ func (c *Client) call(ctx context.Context, timeout time.Duration, path string, r
 
 // post posts body to path, as call.
 func (c *Client) post(ctx context.Context, timeout time.Duration, path string, body io.Reader) (*http.Response, error) {
+	return c.do(ctx, timeout, http.MethodPost, path, body)
+}
+
+// do makes a request of method to path, as call.
+func (c *Client) do(ctx context.Context, timeout time.Duration, method, path string, body io.Reader) (*http.Response, error) {
 	hc, err := c.http(timeout)
 	if err != nil {
 		return nil, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+c.Addr+path, body)
+	hreq, err := http.NewRequestWithContext(ctx, method, "https://"+c.Addr+path, body)
 	if err != nil {
 		return nil, err
 	}
@@ -108,9 +118,11 @@ func (c *Client) post(ctx context.Context, timeout time.Duration, path string, b
 // certificate it presented, under the name that certificate names. A
 // locked node's admission is on its locked volume: Locked's caller checks
 // the node's key against the node's record sealed to the owner instead,
-// and Unlock sends only a key sealed to the key a checked node gave.
+// and Unlock sends only a key sealed to the key a checked node gave. The
+// metrics are read by metrics credentials too, whose holders (a
+// Prometheus) check no admission, and carry nothing a client acts on.
 func (c *Client) checkAdmission(path string, resp *http.Response) error {
-	if c.CA == nil || resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 || path == pathLocked || path == pathUnlock {
+	if c.CA == nil || resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 || path == pathLocked || path == pathUnlock || path == metrics.Path {
 		return nil
 	}
 	if len(c.Owner.Certificate) == 0 {
@@ -157,6 +169,21 @@ func (c *Client) answer(r *http.Response, resp proto.Message) error {
 		return fmt.Errorf("node API at %s: the answer: %w", c.Addr, err)
 	}
 	return nil
+}
+
+// Metrics returns the node's Prometheus metrics, by name.
+func (c *Client) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	r, err := c.do(ctx, requestTimeout, http.MethodGet, metrics.Path, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("node API at %s: its metrics: %w", c.Addr, err)
+	}
+	return families, nil
 }
 
 // Info returns what the node says about itself.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/logtree"
+	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/nodepb"
@@ -123,6 +124,7 @@ func startNode(t testing.TB, identity bool) *node {
 		},
 		Log: slog.New(slog.DiscardHandler),
 	}
+	s.Metrics = metrics.Handler(s.Info)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,9 @@
 // length-delimited entries. TLS 1.3; the client must present the owner's
 // certificate of the node's enrolment config, byte for byte, as the etcd
 // client port requires: nobody else reads a node's log, which says what it
-// does, or powers it off. The node presents its certificate of the cluster
+// does, or powers it off. A metrics credential the owner signed (package
+// metrics) reads the node's Prometheus metrics and nothing else. The node
+// presents its certificate of the cluster
 // CA once it has one, so the owner checks it against the CA pinned by
 // fingerprint; a node that failed before it had one (a bad join ticket, a
 // clock it cannot trust) presents a self-signed certificate made at boot,
@@ -38,6 +40,7 @@ import (
 
 	"github.com/borough-os/borough/internal/httpsserve"
 	"github.com/borough-os/borough/internal/logtree"
+	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/nodepb"
@@ -132,7 +135,11 @@ type Server struct {
 	// volume's record confirms it. Until then the API answers what a
 	// locked node may say (info, logs) and refuses power and updates.
 	Unconfirmed func() error
-	Log         *slog.Logger
+	// Metrics, if set, serves the node's Prometheus metrics (package
+	// metrics) to the owner and to the owner's metrics credentials, which
+	// may ask for nothing else.
+	Metrics http.Handler
+	Log     *slog.Logger
 	// Addr is the address to listen on; empty means every address, on
 	// Port.
 	Addr string
@@ -177,14 +184,35 @@ func (s *Server) tlsConfig() *tls.Config {
 			switch {
 			case len(raw) == 0:
 				return errNotOwner
-			case owner != nil && bytes.Equal(raw[0], owner.Raw), s.sealedOwner(raw[0]):
+			case s.isOwner(raw[0]):
 				return nil
 			case owner == nil:
 				return errNoOwner
+			case s.Metrics != nil:
+				return s.metricsCredential(raw[0], owner)
 			}
 			return errNotOwner
 		},
 	}
+}
+
+// isOwner says whether the client certificate raw is the owner's.
+func (s *Server) isOwner(raw []byte) bool {
+	owner := s.Owner()
+	return owner != nil && bytes.Equal(raw, owner.Raw) || s.sealedOwner(raw)
+}
+
+// metricsCredential accepts at the handshake a metrics credential of
+// owner, which the handler then lets read the metrics only.
+func (s *Server) metricsCredential(raw []byte, owner *x509.Certificate) error {
+	c, err := x509.ParseCertificate(raw)
+	if err != nil {
+		return errNotOwner
+	}
+	if err := metrics.CheckCredential(c, owner, time.Now()); err != nil {
+		return fmt.Errorf("%w, or a metrics credential: %w", errNotOwner, err)
+	}
+	return nil
 }
 
 // sealedOwner says whether the certificate raw is the owner a locked
@@ -223,7 +251,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+pathRecover, s.recover)
 	mux.HandleFunc("POST "+pathNetwork, s.network)
 	mux.HandleFunc("POST "+pathEnrol, s.enrol)
+	if s.Metrics != nil {
+		mux.Handle("GET "+metrics.Path, s.Metrics)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.ownersRequest(r) && r.URL.Path != metrics.Path {
+			http.Error(w, "a metrics credential reads "+metrics.Path+" only", http.StatusForbidden)
+			return
+		}
 		if s.Admission != nil {
 			if a := s.Admission(); a != nil {
 				w.Header().Set(AdmissionHeader, base64.StdEncoding.EncodeToString(a))
@@ -231,6 +266,12 @@ func (s *Server) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// ownersRequest says whether r came from the owner; the TLS config has
+// let in no one else but metrics credentials.
+func (s *Server) ownersRequest(r *http.Request) bool {
+	return r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && s.isOwner(r.TLS.PeerCertificates[0].Raw)
 }
 
 // read decodes r's body into m, answering a bad request itself.

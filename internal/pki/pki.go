@@ -127,6 +127,33 @@ func NewOwner(name string, now time.Time) (*Cert, error) {
 	return &Cert{Cert: cert, Key: key}, nil
 }
 
+// SignClient makes a client certificate for subject, valid from from until
+// until, signed by parent's key (which need not be a CA's: the caller
+// checks the signature itself, as x509 would refuse it).
+func SignClient(parent *x509.Certificate, parentKey crypto.Signer, subject pkix.Name, from, until time.Time) (*Cert, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      subject,
+		NotBefore:    from,
+		NotAfter:     until,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, fmt.Errorf("signing a certificate for %q: %w", subject.CommonName, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &Cert{Cert: cert, Key: key}, nil
+}
+
 // CRL returns a DER revocation list revoking serials, numbered number,
 // with extensions ext.
 func (ca *CA) CRL(number int64, revoked []*big.Int, now time.Time, ext ...pkix.Extension) ([]byte, error) {
