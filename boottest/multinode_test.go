@@ -3,6 +3,7 @@
 package boottest
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -10,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -30,6 +33,8 @@ import (
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/qemu"
@@ -54,6 +59,8 @@ func TestMultiNode(t *testing.T) {
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
 	t.Run("rolling update under writes", m.rollingUpdate)
+	t.Run("support bundle", m.supportBundle)
+	t.Run("dashboard under writes", m.dashboard)
 	t.Run("quorum lost for good", m.quorumLost)
 	t.Run("restore from a backup", m.restoreFromBackup)
 	t.Run("reset a member", m.resetMember)
@@ -621,6 +628,38 @@ func (m *multi) checkHealth(t *testing.T) {
 			t.Errorf("borough health says of a member: %+v", mb)
 		}
 	}
+	m.checkMetrics(t)
+}
+
+// checkMetrics scrapes each node's metrics with a metrics credential the
+// owner mints, as Prometheus would: etcd's and the node's are there.
+func (m *multi) checkMetrics(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	cli(t, "--config", m.config, "owner", "metrics-credential", "prom", "--out", dir)
+	cred, err := tls.LoadX509KeyPair(filepath.Join(dir, "prom.pem"), filepath.Join(dir, "prom-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cas, _ := filepath.Glob(filepath.Join(m.config, "clusters", "*", "ca.pem"))
+	if len(cas) == 0 {
+		t.Fatal("no cluster CA pinned in the owner's config")
+	}
+	ca, err := pki.ReadCertPEM(cas[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range m.c.Nodes[:3] {
+		families, err := (&nodeapi.Client{Addr: n.API(), Owner: cred, CA: ca, ServerName: n.Name}).Metrics(context.Background())
+		if err != nil {
+			t.Fatalf("%s: scraping its metrics with a metrics credential: %v", n.Name, err)
+		}
+		for _, name := range []string{"etcd_server_has_leader", "borough_node_state", "borough_escrow_needed", "borough_boot_phase_seconds"} {
+			if families[name] == nil {
+				t.Errorf("%s: its metrics have no %s", n.Name, name)
+			}
+		}
+	}
 }
 
 // awaitEscrow waits until the cluster keeps n's unlock key: n split it
@@ -1050,4 +1089,129 @@ func (m *multi) rollingUpdate(t *testing.T) {
 		t.Errorf("the writes stopped for %.1f s during the rolling update; want at most %v", gap.Seconds(), electionBound)
 	}
 	m.checkWrites(t, nodes[0], acked, "after the rolling update")
+}
+
+// supportBundle writes a support bundle of the cluster and looks in it:
+// each member's info, metrics and logs of this boot and the one before
+// (the rolling update rebooted each), the cluster's health and members,
+// and none of the keys the owner can read of the cluster (its CA's, the
+// tickets' records) nor the owner's own.
+func (m *multi) supportBundle(t *testing.T) {
+	nodes := m.c.Nodes[:3]
+	path := filepath.Join(t.TempDir(), "bundle.tar.zst")
+	args := []string{"--config", m.config, "support", "--out", path, "--boots", "2"}
+	var eps []string
+	for _, n := range nodes {
+		eps = append(eps, n.Endpoint())
+		args = append(args, "--api", n.Name+"="+n.API())
+	}
+	t.Log(cli(t, append(args, strings.Join(eps, ","))...))
+	files := readBundle(t, path)
+	for _, name := range []string{"cluster/health.json", "cluster/members.json", "MANIFEST"} {
+		if len(files[name]) == 0 {
+			t.Errorf("the bundle has no %s", name)
+		}
+	}
+	for _, n := range nodes {
+		for _, f := range []string{"info.json", "metrics.txt", "log-boot0.txt", "log-boot-1.txt"} {
+			if len(files["nodes/"+n.Name+"/"+f]) == 0 {
+				t.Errorf("the bundle has no %s of %s; its MANIFEST:\n%s", f, n.Name, files["MANIFEST"])
+			}
+		}
+		contains(t, n.Name+"'s metrics in the bundle", string(files["nodes/"+n.Name+"/metrics.txt"]), "etcd_server_has_leader")
+	}
+	for what, secret := range m.secrets(t) {
+		for name, b := range files {
+			if bytes.Contains(b, secret) {
+				t.Errorf("the bundle's %s holds %s", name, what)
+			}
+		}
+	}
+}
+
+// secrets are the keys the owner can read of the cluster, and the
+// owner's, in each form a file could hold them (raw, base64, hex).
+func (m *multi) secrets(t *testing.T) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	addForms := func(what string, raw []byte) {
+		out[what] = raw
+		out[what+" (base64)"] = []byte(base64.StdEncoding.EncodeToString(raw))[:32]
+		out[what+" (hex)"] = []byte(fmt.Sprintf("%x", raw))[:32]
+	}
+	kvs, err := m.client(t, m.c.Nodes[0]).Get(context.Background(), keyspace.CAKey)
+	if err != nil || len(kvs.Kvs) != 1 {
+		t.Fatalf("reading the CA key: %v", err)
+	}
+	caKey, err := pki.ParseKeyPEM(kvs.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caDER, _ := x509.MarshalPKCS8PrivateKey(caKey)
+	addForms("the CA key", caDER)
+	tickets, err := m.client(t, m.c.Nodes[0]).Get(context.Background(), ticket.KeyPrefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range tickets.Kvs {
+		addForms("ticket record "+string(kv.Key), kv.Value)
+	}
+	ownerDER, _ := x509.MarshalPKCS8PrivateKey(m.owner(t).PrivateKey)
+	addForms("the owner key", ownerDER)
+	return out
+}
+
+// readBundle reads a support bundle's files.
+func readBundle(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := zstd.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	files := map[string][]byte{}
+	tr := tar.NewReader(zr)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatalf("reading the bundle: %v", err)
+		}
+		if files[hdr.Name], err = io.ReadAll(tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// dashboard prints two looks of `borough dashboard` as plain lines while
+// a client writes: every member shows its write rate, and its log.
+func (m *multi) dashboard(t *testing.T) {
+	nodes := m.c.Nodes[:3]
+	args := []string{"--config", m.config, "dashboard", "--count", "2", "--interval", "3s"}
+	var eps []string
+	for _, n := range nodes {
+		eps = append(eps, n.Endpoint())
+		args = append(args, "--api", n.Name+"="+n.API())
+	}
+	w := startWriter(t, m.client(t, nodes...))
+	out := cli(t, append(args, strings.Join(eps, ","))...)
+	w.stop()
+	looks := strings.Split(out, "borough dashboard, ")
+	if len(looks) != 3 {
+		t.Fatalf("borough dashboard --count 2 printed %d looks:\n%s", len(looks)-1, out)
+	}
+	for _, n := range nodes {
+		row := regexp.MustCompile(`(?m)^` + n.Name + `\s.*Running\s+([0-9.]+)\s`).FindStringSubmatch(looks[2])
+		if row == nil || row[1] == "0.0" {
+			t.Errorf("the dashboard's second look shows no writes on %s:\n%s", n.Name, looks[2])
+		}
+		contains(t, "the dashboard's log of "+n.Name, looks[2], "\n"+n.Name+":\n  ")
+	}
 }

@@ -96,38 +96,16 @@ type clusterHealth struct {
 }
 
 func health(stdout io.Writer, endpoints []string, fingerprint string, given map[string]string, timeout, maxClock time.Duration, output string) error {
-	ca, err := pinnedCA(endpoints[0], fingerprint)
+	s, err := openSession(endpoints, fingerprint, given)
 	if err != nil {
 		return err
 	}
-	kp, err := ownerKeyPair()
-	if err != nil {
-		return err
-	}
-	etcd, err := admin.Connect(endpoints, ca, kp)
-	if err != nil {
-		return err
-	}
-	defer etcd.Close()
+	defer s.close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	h, err := readHealth(ctx, etcd, endpoints)
+	h, err := s.health(ctx, maxClock)
 	if err != nil {
-		return fmt.Errorf("the cluster at %s does not answer (no quorum, or down): %w", strings.Join(endpoints, ","), err)
-	}
-	clients := memberClients{given: given, owner: kp, ca: ca}
-	for i := range h.Members {
-		m := &h.Members[i]
-		if c, err := clients.client(m.Name, m.urls); err == nil {
-			m.ask(ctx, c)
-		} else {
-			m.Problems = append(m.Problems, "node API: "+err.Error())
-		}
-		m.judge(maxClock)
-	}
-	h.Healthy = true
-	for _, m := range h.Members {
-		h.Healthy = h.Healthy && len(m.Problems) == 0
+		return err
 	}
 	if output == outputJSON {
 		err = printJSON(stdout, h)
@@ -138,6 +116,57 @@ func health(stdout io.Writer, endpoints []string, fingerprint string, given map[
 		return err
 	}
 	return h.unhealthy()
+}
+
+// session is the owner's connection to a cluster: its etcd, and clients
+// of its members' node APIs.
+type session struct {
+	endpoints []string
+	etcd      *clientv3.Client
+	clients   memberClients
+}
+
+// openSession connects to the cluster at endpoints as the owner,
+// verifying it against the CA pinned for the first.
+func openSession(endpoints []string, fingerprint string, given map[string]string) (*session, error) {
+	ca, err := pinnedCA(endpoints[0], fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	kp, err := ownerKeyPair()
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := admin.Connect(endpoints, ca, kp)
+	if err != nil {
+		return nil, err
+	}
+	return &session{endpoints: endpoints, etcd: etcd, clients: memberClients{given: given, owner: kp, ca: ca}}, nil
+}
+
+func (s *session) close() { s.etcd.Close() }
+
+// health reads every member's health, on its client port and its node
+// API; maxClock is how far its clock may be from the owner's.
+func (s *session) health(ctx context.Context, maxClock time.Duration) (*clusterHealth, error) {
+	h, err := readHealth(ctx, s.etcd, s.endpoints)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster at %s does not answer (no quorum, or down): %w", strings.Join(s.endpoints, ","), err)
+	}
+	for i := range h.Members {
+		m := &h.Members[i]
+		if c, err := s.clients.client(m.Name, m.urls); err == nil {
+			m.ask(ctx, c)
+		} else {
+			m.Problems = append(m.Problems, "node API: "+err.Error())
+		}
+		m.judge(maxClock)
+	}
+	h.Healthy = true
+	for _, m := range h.Members {
+		h.Healthy = h.Healthy && len(m.Problems) == 0
+	}
+	return h, nil
 }
 
 // readHealth reads the members and what their client ports among

@@ -59,7 +59,7 @@ func commandTree() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&configDir, "config", defaultConfigDir(), "directory of the owner's identity and pinned cluster CAs")
 	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand(), ownerCommand(), enrolmentCommand(),
-		etcdCommand(), statusCommand(), healthCommand(), clusterCommand(), nodeCommand(), logsCommand(), updateCommand(), secureBootCommand(), versionCommand())
+		etcdCommand(), statusCommand(), healthCommand(), supportCommand(), dashboardCommand(), clusterCommand(), nodeCommand(), logsCommand(), updateCommand(), secureBootCommand(), versionCommand())
 	refuseUnknown(root)
 	return root
 }
