@@ -83,7 +83,9 @@ type memberHealth struct {
 	DataUsed    uint64         `json:"data_used"`
 	DataSize    uint64         `json:"data_size"`
 	Escrow      *nodepb.Escrow `json:"escrow,omitempty"`
-	Problems    []string       `json:"problems,omitempty"`
+	// HoldersUp is how many of its escrow's holders run, as members.
+	HoldersUp int      `json:"escrow_holders_up"`
+	Problems  []string `json:"problems,omitempty"`
 	// urls are its client URLs, as the cluster lists them.
 	urls []string
 }
@@ -162,6 +164,7 @@ func (s *session) health(ctx context.Context, maxClock time.Duration) (*clusterH
 		}
 		m.judge(maxClock)
 	}
+	h.judgeEscrow()
 	h.Healthy = true
 	for _, m := range h.Members {
 		h.Healthy = h.Healthy && len(m.Problems) == 0
@@ -256,7 +259,7 @@ func (h *clusterHealth) print(stdout io.Writer) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d (%d)\t%s\t%s %s\t%s\t%+.3f s\t%s of %s\t%s\t%s\n", m.Name, role, m.RaftIndex, m.Lag,
 			mib(m.DBSize), m.Version, m.Slot, m.State, m.ClockOffset, mib(int64(m.DataUsed)), mib(int64(m.DataSize)),
-			escrowText(m.Escrow), problems)
+			escrowText(m.Escrow, m.HoldersUp), problems)
 	}
 	w.Flush()
 }
@@ -272,13 +275,39 @@ func (h *clusterHealth) unhealthy() error {
 	return fmt.Errorf("%d of %d members unhealthy: %s", len(bad), len(h.Members), strings.Join(bad, ", "))
 }
 
-// escrowText says where a member's unlock key is.
-func escrowText(e *nodepb.Escrow) string {
+// judgeEscrow counts, for each member whose unlock key its peers hold,
+// the holders that run as members: with fewer than it needs, it would
+// not unlock at its next boot without its owner.
+func (h *clusterHealth) judgeEscrow() {
+	running := map[string]bool{}
+	for _, m := range h.Members {
+		running[m.Name] = m.State == string(cluster.StateRunning)
+	}
+	for i := range h.Members {
+		m := &h.Members[i]
+		if m.Escrow == nil || m.Escrow.GetLocal() {
+			continue
+		}
+		for _, holder := range m.Escrow.GetHolders() {
+			if running[holder] {
+				m.HoldersUp++
+			}
+		}
+		if needed := int(m.Escrow.GetNeeded()); m.HoldersUp < needed {
+			m.Problems = append(m.Problems, fmt.Sprintf("%d of the %d holders of its unlock key run, %d needed: "+
+				"it would not unlock at its next boot without its owner", m.HoldersUp, len(m.Escrow.GetHolders()), needed))
+		}
+	}
+}
+
+// escrowText says where a member's unlock key is, and how many of its
+// holders run.
+func escrowText(e *nodepb.Escrow, up int) string {
 	switch {
 	case e == nil:
 		return "?"
 	case e.GetLocal():
 		return "sealed on its ESP"
 	}
-	return fmt.Sprintf("%d of %d holders (epoch %d)", e.GetNeeded(), len(e.GetHolders()), e.GetEpoch())
+	return fmt.Sprintf("%d of %d holders up, %d needed (epoch %d)", up, len(e.GetHolders()), e.GetNeeded(), e.GetEpoch())
 }

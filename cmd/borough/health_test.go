@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/borough-os/borough/proto/nodepb"
 )
 
 // TestJudge: what makes a member unhealthy beyond a port that does not
@@ -26,6 +28,37 @@ func TestJudge(t *testing.T) {
 			tc.m.judge(defaultClockOffset)
 			if !slices.Equal(tc.m.Problems, tc.want) {
 				t.Errorf("problems = %q, want %q", strings.Join(tc.m.Problems, "; "), strings.Join(tc.want, "; "))
+			}
+		})
+	}
+}
+
+// TestJudgeEscrow: a member whose running holders are fewer than it needs
+// to unlock is unhealthy, and says so.
+func TestJudgeEscrow(t *testing.T) {
+	escrow := &nodepb.Escrow{Needed: 2, Holders: []string{"b", "c", "d"}}
+	for _, tc := range []struct {
+		name   string
+		states map[string]string
+		up     int
+		want   string
+	}{
+		{"every holder runs", map[string]string{"b": "Running", "c": "Running", "d": "Running"}, 3, ""},
+		{"as many as it needs", map[string]string{"b": "Running", "c": "Running", "d": "Locked"}, 2, ""},
+		{"fewer than it needs", map[string]string{"b": "Running", "c": "Restarting"}, 1, "1 of the 3 holders of its unlock key run, 2 needed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &clusterHealth{Members: []memberHealth{{Name: "a", State: "Running", Escrow: escrow}, {Name: "e", Escrow: &nodepb.Escrow{Local: true}}}}
+			for name, st := range tc.states {
+				h.Members = append(h.Members, memberHealth{Name: name, State: st})
+			}
+			h.judgeEscrow()
+			a := h.Members[0]
+			if a.HoldersUp != tc.up || strings.Join(a.Problems, "") != "" != (tc.want != "") || !strings.Contains(strings.Join(a.Problems, ""), tc.want) {
+				t.Errorf("holders up %d, problems %q; want %d, %q", a.HoldersUp, a.Problems, tc.up, tc.want)
+			}
+			if len(h.Members[1].Problems) != 0 {
+				t.Errorf("a member whose key is on its ESP: %q", h.Members[1].Problems)
 			}
 		})
 	}

@@ -1,7 +1,8 @@
 // Package admin is what the owner does to a running cluster through its
 // client port, with the owner's certificate: mint join tickets, admit the
 // nodes that joined before admissions, remove nodes and revoke their
-// certificates. The borough CLI and the QEMU cluster
+// certificates, mint and revoke application credentials (credential.go).
+// The borough CLI and the QEMU cluster
 // launcher both use it.
 package admin
 
@@ -401,7 +402,8 @@ func removeMember(ctx context.Context, c *clientv3.Client, id uint64) error {
 	}
 }
 
-// revoke adds serials (hex), node name's certificates, to the cluster's
+// revoke adds serials (hex), node name's certificates (an application
+// credential's, for name ""), to the cluster's
 // CRL, signed with the CA's key and numbered one higher than the CRL it
 // follows (nextCRL), which, with an owner, carries the owner's signed
 // revocations of the same number (authority.RevocationsExtension), in a
@@ -471,7 +473,7 @@ func nextCRL(ca *pki.CA, current, remembered *x509.RevocationList, serials []*bi
 	}
 	number, revoked := pki.Next(base, serials)
 	next := &authoritypb.Revocations{Cluster: cluster, Number: uint64(number), Nodes: prev.GetNodes(), Serials: pki.Hex(revoked)}
-	if !slices.Contains(next.Nodes, name) {
+	if name != "" && !slices.Contains(next.Nodes, name) {
 		next.Nodes = append(next.Nodes, name)
 	}
 	key, err := ownerSigner(owner)

@@ -87,6 +87,9 @@ type Manager struct {
 	log *slog.Logger
 	cfg Config
 	m   machine
+	// trustMu orders the writes of what the client port trusts: an owner
+	// hand-over and the owner's applications CA.
+	trustMu sync.Mutex
 	// names is the node's record once known, for Status, and client its
 	// member's client; both guarded by m.mu.
 	names  Record
@@ -176,7 +179,8 @@ func (mg *Manager) Run(ctx context.Context) error {
 
 // serveRestarting serves the member, and starts it again with the cluster's
 // raft timing when it was started alone and the cluster grows past one
-// voter (consensus.ErrRetime), or to trust a new owner (errHandedOver).
+// voter (consensus.ErrRetime), or to trust a new owner (errHandedOver) or
+// the owner's applications (errApplications).
 func (mg *Manager) serveRestarting(ctx context.Context, c *consensus.Consensus, rec *Record) error {
 	for {
 		err := mg.serve(ctx, c, rec)
@@ -186,7 +190,7 @@ func (mg *Manager) serveRestarting(ctx context.Context, c *consensus.Consensus, 
 		case errors.Is(err, consensus.ErrRetime):
 			mg.log.Info("the cluster is growing past one voter: restarting etcd with the cluster's raft timing")
 			mg.retimed = true
-		case errors.Is(err, errHandedOver), errors.Is(err, errRecovering):
+		case errors.Is(err, errHandedOver), errors.Is(err, errApplications), errors.Is(err, errRecovering):
 		default:
 			return err
 		}
@@ -219,6 +223,7 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 		{Name: "member-directory", Run: func(ctx context.Context) error { mg.keepDirectory(ctx, c, rec.Cluster); return nil }},
 		{Name: "ca-key-copy", Run: func(ctx context.Context) error { return mg.keepCAKey(ctx, c) }},
 		{Name: "owner-succession", Run: func(ctx context.Context) error { return mg.followOwner(ctx, c, rec) }},
+		{Name: "applications-ca", Run: func(ctx context.Context) error { return mg.trustApplications(ctx, c, rec) }},
 		{Name: "ticket-spend", Run: func(context.Context) error { mg.spendTicket(); return nil }},
 		{Name: "recovery", Run: func(ctx context.Context) error { return ends(ctx, mg.awaitRecover(ctx)) }},
 	}

@@ -37,19 +37,45 @@ const handOverStagger = 10 * time.Second
 // any member could have made (not signed by the node's owner, or
 // numbered no higher than the last it took) is passed over, saying why.
 func (mg *Manager) followOwner(ctx context.Context, c *consensus.Consensus, rec *Record) error {
-	f := mg.pkiFiles()
-	if owner, err := f.LoadOwner(); owner == nil || err != nil {
+	return mg.retrust(ctx, c, rec, trustChange{
+		what: "the new owner", why: errHandedOver, key: keyspace.Successions, prefix: true,
+		take: func(ctx context.Context) (bool, error) { return mg.takeHandOvers(ctx, c, rec) },
+	})
+}
+
+// trustChange is a change of what a member's client port trusts, which
+// the owner publishes under key in etcd, and take takes.
+type trustChange struct {
+	what string
+	why  error
+	key  string
+	// prefix says that key is a prefix.
+	prefix bool
+	// take takes what etcd holds, if it is the owner's word, and says
+	// whether the client port's trust changed.
+	take func(context.Context) (bool, error)
+}
+
+// retrust takes ch as etcd has it and at each change of it, in a cluster
+// with an owner, until the client port's trust changes; then etcd
+// restarts, in the node's turn.
+func (mg *Manager) retrust(ctx context.Context, c *consensus.Consensus, rec *Record, ch trustChange) error {
+	if owner, err := mg.pkiFiles().LoadOwner(); owner == nil || err != nil {
 		<-ctx.Done()
 		return err
 	}
-	watch := c.Client.Watch(clientv3.WithRequireLeader(ctx), keyspace.Successions, clientv3.WithPrefix())
+	var opts []clientv3.OpOption
+	if ch.prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	watch := c.Client.Watch(clientv3.WithRequireLeader(ctx), ch.key, opts...)
 	for {
-		took, err := mg.takeHandOvers(ctx, c, rec)
+		changed, err := ch.take(ctx)
 		if err != nil {
-			return fmt.Errorf("following the owner's hand-overs: %w", err)
+			return fmt.Errorf("taking %s: %w", ch.what, err)
 		}
-		if took {
-			return mg.restartInTurn(ctx, c, rec.Node)
+		if changed {
+			return mg.restartInTurn(ctx, c, rec.Node, ch.what, ch.why)
 		}
 		select {
 		case <-ctx.Done():
@@ -59,7 +85,7 @@ func (mg *Manager) followOwner(ctx context.Context, c *consensus.Consensus, rec 
 				return nil
 			}
 			if !ok || resp.Err() != nil {
-				return fmt.Errorf("watching the owner's hand-overs: %v", resp.Err())
+				return fmt.Errorf("watching %s: %v", ch.key, resp.Err())
 			}
 		}
 	}
@@ -100,7 +126,10 @@ func (mg *Manager) takeHandOvers(ctx context.Context, c *consensus.Consensus, re
 	} else {
 		more = append(more, atomicfile.File{Path: f.Admission(), Data: admission, Perm: 0o600})
 	}
-	if err := f.HandOver(last, more...); err != nil {
+	mg.trustMu.Lock()
+	err = f.HandOver(last, more...)
+	mg.trustMu.Unlock()
+	if err != nil {
 		return false, err
 	}
 	mg.log.Info("the cluster has a new owner", "succession", last.Number, "from", pki.Fingerprint(owner),
@@ -124,9 +153,9 @@ func (mg *Manager) admissionBy(ctx context.Context, c *consensus.Consensus, rec 
 
 // restartInTurn waits for the node's turn (its place among the members'
 // names, handOverStagger apart; a learner that never started has no name
-// yet), then ends the member's services for etcd
-// to start again.
-func (mg *Manager) restartInTurn(ctx context.Context, c *consensus.Consensus, node string) error {
+// yet), then ends the member's services with why, for etcd to start
+// again and trust what on its client port.
+func (mg *Manager) restartInTurn(ctx context.Context, c *consensus.Consensus, node, what string, why error) error {
 	var names []string
 	for _, m := range c.Members() {
 		if m.Name != "" {
@@ -135,11 +164,11 @@ func (mg *Manager) restartInTurn(ctx context.Context, c *consensus.Consensus, no
 	}
 	slices.Sort(names)
 	turn := time.Duration(max(slices.Index(names, node), 0)) * handOverStagger
-	mg.log.Info("restarting etcd to trust the new owner on its client port", "in", turn)
+	mg.log.Info("restarting etcd to trust "+what+" on its client port", "in", turn)
 	select {
 	case <-ctx.Done():
 		return nil
 	case <-time.After(turn):
 	}
-	return supervisor.Fatal(errHandedOver)
+	return supervisor.Fatal(why)
 }

@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/x509"
 	"errors"
@@ -93,6 +94,25 @@ func (f Files) HandOver(h authority.Handover, more ...atomicfile.File) error {
 		return fmt.Errorf("taking owner succession %d: %w", h.Number, err)
 	}
 	return nil
+}
+
+// TrustApplications makes the client port trust apps, the owner's
+// applications CA (authority.CheckApplicationsCA, which the caller has
+// checked), beside the owner, and says whether that changed the file:
+// etcd reads it when it starts.
+func (f Files) TrustApplications(apps *x509.Certificate) (bool, error) {
+	owner, err := f.LoadOwner()
+	if err != nil || owner == nil {
+		return false, err
+	}
+	want := append(pki.CertPEM(owner), pki.CertPEM(apps)...)
+	if have, err := os.ReadFile(f.Trusted()); err == nil && bytes.Equal(have, want) {
+		return false, nil
+	}
+	if err := atomicfile.Write(f.Trusted(), want, 0o600); err != nil {
+		return false, fmt.Errorf("trusting the owner's applications CA: %w", err)
+	}
+	return true, nil
 }
 
 // Bundle is what the PKI files hold.

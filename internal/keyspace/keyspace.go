@@ -25,6 +25,7 @@ package keyspace
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -32,6 +33,9 @@ import (
 // Keys Borough keeps in etcd.
 const (
 	// Cluster is the cluster's name.
+	// Prefix begins every key of Borough's: no application credential
+	// reaches it.
+	Prefix  = "/borough/"
 	Cluster = "/borough/cluster/name"
 	// CACert and CAKey are the cluster CA, PEM.
 	CACert = "/borough/pki/ca-cert"
@@ -40,6 +44,10 @@ const (
 	// in a cluster with an owner only if it carries the owner's signed
 	// revocations of its number (authority.RevocationsExtension).
 	CRL = "/borough/pki/crl"
+	// ApplicationsCA is the owner's applications CA, PEM
+	// (authority.NewApplicationsCA): each member's client port trusts it
+	// once it checked it is over its owner's key.
+	ApplicationsCA = "/borough/pki/applications-ca"
 	// Nodes prefixes each node's NodeRecord, by node name.
 	Nodes = "/borough/nodes/"
 	// NodeKeys prefixes the name of the node each admitted key belongs
@@ -54,6 +62,9 @@ const (
 	// (authority.KindSuccession), by number (SuccessionKey): each node
 	// takes those that follow from the owner it trusts.
 	Successions = "/borough/owner/successions/"
+	// Credentials prefixes each application credential's record
+	// (CredentialRecord, JSON), by name.
+	Credentials = "/borough/credentials/"
 )
 
 // SuccessionKey is the key of hand-over number n, in the order of n.
@@ -101,4 +112,14 @@ func ParseNodeRecord(b []byte) (NodeRecord, error) {
 	var r NodeRecord
 	err := json.Unmarshal(b, &r)
 	return r, err
+}
+
+// CredentialRecord is what the cluster keeps of an application
+// credential (admin.MintCredential), as JSON at Credentials + its name:
+// what it reaches, and its certificate, to revoke.
+type CredentialRecord struct {
+	Prefix   string    `json:"prefix"`
+	ReadOnly bool      `json:"read_only,omitempty"`
+	Serial   string    `json:"serial"`
+	NotAfter time.Time `json:"not_after"`
 }

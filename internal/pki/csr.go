@@ -104,7 +104,7 @@ func CheckAddresses(csr *x509.CertificateRequest, at netip.Addr) error {
 // sign issues a node certificate for pub.
 func (ca *CA) sign(name string, pub any, ips []net.IP, dns []string, now time.Time) (*x509.Certificate, error) {
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          NewSerial(),
 		Subject:               pkix.Name{CommonName: name, Organization: []string{"Borough"}},
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.Add(certValidity),

@@ -53,7 +53,7 @@ func NewCA(cluster string, now time.Time) (*CA, error) {
 		return nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          NewSerial(),
 		Subject:               pkix.Name{CommonName: "Borough cluster CA " + cluster, Organization: []string{"Borough"}},
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.Add(caValidity),
@@ -108,7 +108,7 @@ func NewOwner(name string, now time.Time) (*Cert, error) {
 		return nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          NewSerial(),
 		Subject:               pkix.Name{CommonName: name, Organization: []string{"Borough owner"}},
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.AddDate(10, 0, 0),
@@ -136,7 +136,7 @@ func SignClient(parent *x509.Certificate, parentKey crypto.Signer, subject pkix.
 		return nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
+		SerialNumber: NewSerial(),
 		Subject:      subject,
 		NotBefore:    from,
 		NotAfter:     until,
@@ -185,7 +185,8 @@ func KeyHash(c *x509.Certificate) []byte {
 	return sum[:]
 }
 
-func serial() *big.Int {
+// NewSerial is a random certificate serial number.
+func NewSerial() *big.Int {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
 		panic(err) // crypto/rand does not fail on Linux

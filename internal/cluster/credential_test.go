@@ -1,0 +1,180 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/authority"
+	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/pki"
+)
+
+// TestCredentialInProcess mints application credentials on a member with
+// real etcd, authentication on, and uses them as an application's own
+// etcd client would: each reaches its prefix, as it was granted, and
+// nothing else, Borough's keys least; etcd's peer port refuses them; an
+// applications CA not over the owner's key is refused; a revoked
+// credential is refused at its next request, and at its next handshake
+// once the member puts the owner's CRL in force.
+func TestCredentialInProcess(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ownerCert, owner := ownerIdentity(t)
+	m, ca, cl := firstMember(t, ctx, 31, "unit", ownerCert, owner)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st, err := cl.AuthStatus(ctx); err == nil && st.Enabled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("etcd authentication is not on 30 s after the member runs")
+		}
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		p    admin.CredentialParams
+		err  string
+	}{
+		{"every key", admin.CredentialParams{Name: "all", Prefix: "/", TTL: time.Hour}, "reaches Borough's own keys"},
+		{"a prefix of Borough's", admin.CredentialParams{Name: "all", Prefix: "/bor", TTL: time.Hour}, "reaches Borough's own keys"},
+		{"inside Borough's", admin.CredentialParams{Name: "ca", Prefix: keyspace.CAKey, TTL: time.Hour}, "reaches Borough's own keys"},
+		{"no prefix", admin.CredentialParams{Name: "none", TTL: time.Hour}, "needs a --prefix"},
+		{"a bad name", admin.CredentialParams{Name: "Billing App", Prefix: "/app/", TTL: time.Hour}, "credential name"},
+		{"no lifetime", admin.CredentialParams{Name: "billing", Prefix: "/app/"}, "must be positive"},
+	} {
+		if _, _, err := admin.MintCredential(ctx, cl, tc.p, owner, now); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.err)
+		}
+	}
+	forged, err := pki.NewOwner("owner", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedCA, err := authority.NewApplicationsCA(forged.Cert, forged.Key, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Put(ctx, keyspace.ApplicationsCA, string(pki.CertPEM(forgedCA))); err != nil {
+		t.Fatal(err)
+	}
+	m.wait(t, "refused an applications CA")
+	rw, _, err := admin.MintCredential(ctx, cl, admin.CredentialParams{Name: "billing", Prefix: "/app/", TTL: time.Hour}, owner, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.wait(t, "the client port trusts the owner's applications CA")
+	app := appClient(t, ca, rw)
+	for deadline := time.Now().Add(60 * time.Second); get(ctx, app, "/app/") != nil; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the credential does not reach the member 60 s after it was minted: %v", get(ctx, app, "/app/"))
+		}
+	}
+	ro, _, err := admin.MintCredential(ctx, cl, admin.CredentialParams{Name: "report", Prefix: "/app/", ReadOnly: true, TTL: time.Hour}, owner, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := admin.MintCredential(ctx, cl, admin.CredentialParams{Name: "billing", Prefix: "/other/", TTL: time.Hour}, owner, now); err == nil {
+		t.Error("a second credential billing was minted")
+	}
+	report := appClient(t, ca, ro)
+	denied := func(err error) bool { return err != nil && strings.Contains(err.Error(), "permission denied") }
+	for _, tc := range []struct {
+		name string
+		op   func(context.Context) error
+		ok   bool
+	}{
+		{"write in its prefix", func(ctx context.Context) error { _, err := app.Put(ctx, "/app/x", "1"); return err }, true},
+		{"read in its prefix", func(ctx context.Context) error { _, err := app.Get(ctx, "/app/x"); return err }, true},
+		{"write outside", func(ctx context.Context) error { _, err := app.Put(ctx, "/other", "1"); return err }, false},
+		{"read the CA key", func(ctx context.Context) error { _, err := app.Get(ctx, keyspace.CAKey); return err }, false},
+		{"read every key", func(ctx context.Context) error { _, err := app.Get(ctx, "", clientv3.WithPrefix()); return err }, false},
+		{"add a user", func(ctx context.Context) error { _, err := app.UserAdd(ctx, "me", "pw"); return err }, false},
+		{"read-only reads", func(ctx context.Context) error { _, err := report.Get(ctx, "/app/x"); return err }, true},
+		{"read-only writes", func(ctx context.Context) error { _, err := report.Put(ctx, "/app/y", "1"); return err }, false},
+	} {
+		opCtx, opCancel := context.WithTimeout(ctx, 10*time.Second)
+		err := tc.op(opCtx)
+		opCancel()
+		if tc.ok && err != nil || !tc.ok && !denied(err) {
+			t.Errorf("%s: %v, want allowed %v", tc.name, err, tc.ok)
+		}
+	}
+	if err := peerHandshake(rw, ca, "127.0.0.31:2380"); err == nil {
+		t.Error("the peer port took an application credential")
+	}
+	if _, err := admin.RevokeCredential(ctx, cl, "billing", owner, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(ctx, app, "/app/x"); err == nil {
+		t.Error("a revoked credential still reads on its open connection")
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		err := get(ctx, appClient(t, ca, rw), "/app/x")
+		if err != nil && !denied(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a new connection with a revoked credential is not refused 30 s after: %v", err)
+		}
+	}
+	if err := get(ctx, report, "/app/x"); err != nil {
+		t.Errorf("revoking billing ended report too: %v", err)
+	}
+	if list, err := admin.Credentials(ctx, cl); err != nil || len(list) != 1 || list["report"].Prefix != "/app/" {
+		t.Errorf("the credentials after billing's revocation: %v, %v", list, err)
+	}
+}
+
+// get reads key with c, for at most 5 s: etcd's client retries a
+// connection the server refuses until its context ends.
+func get(ctx context.Context, c *clientv3.Client, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := c.Get(ctx, key)
+	return err
+}
+
+// appClient is an application's etcd client with credential cred.
+func appClient(t *testing.T, ca *x509.Certificate, cred *pki.Cert) *clientv3.Client {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{"127.0.0.31:2379"}, DialTimeout: 5 * time.Second,
+		TLS: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{{Certificate: [][]byte{cred.Cert.Raw}, PrivateKey: cred.Key}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// peerHandshake connects to a peer port with cred and says why the port
+// refused it, or nil if it did not within a second.
+func peerHandshake(cred *pki.Cert, ca *x509.Certificate, addr string) error {
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.31",
+		Certificates: []tls.Certificate{{Certificate: [][]byte{cred.Cert.Raw}, PrivateKey: cred.Key}}})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = conn.Read(make([]byte, 1))
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return nil
+	}
+	return err
+}
