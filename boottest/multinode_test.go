@@ -6,10 +6,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -61,7 +64,6 @@ func TestMultiNode(t *testing.T) {
 	t.Run("rolling update under writes", m.rollingUpdate)
 	t.Run("support bundle", m.supportBundle)
 	t.Run("dashboard under writes", m.dashboard)
-	t.Run("application credential", m.applicationCredential)
 	t.Run("quorum lost for good", m.quorumLost)
 	t.Run("restore from a backup", m.restoreFromBackup)
 	t.Run("reset a member", m.resetMember)
@@ -592,15 +594,10 @@ func (m *multi) ownerRecovery(t *testing.T, n *multinode.Node) {
 // etcdctl runs Debian's etcdctl (3.4) as the owner against endpoints,
 // with the env `borough qemu cluster` prints.
 func (m *multi) etcdctl(t *testing.T, endpoints []string, args ...string) (string, error) {
-	return m.etcdctlAs(filepath.Join(m.config, "owner.pem"), ownerKeyFile(t, m.config), endpoints, args...)
-}
-
-// etcdctlAs runs Debian's etcdctl with the client certificate cert and its
-// key.
-func (m *multi) etcdctlAs(cert, key string, endpoints []string, args ...string) (string, error) {
 	cmd := exec.Command("etcdctl", args...)
 	cmd.Env = append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS=https://"+strings.Join(endpoints, ",https://"),
-		"ETCDCTL_CACERT="+m.c.CAFile, "ETCDCTL_CERT="+cert, "ETCDCTL_KEY="+key, "ETCDCTL_COMMAND_TIMEOUT=10s")
+		"ETCDCTL_CACERT="+m.c.CAFile, "ETCDCTL_CERT="+filepath.Join(m.config, "owner.pem"),
+		"ETCDCTL_KEY="+ownerKeyFile(t, m.config))
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -1136,14 +1133,33 @@ func (m *multi) supportBundle(t *testing.T) {
 }
 
 // secrets are the keys the owner can read of the cluster, and the
-// owner's, in each form a file could hold them (raw, base64, hex).
+// owner's, in each form a file could hold them: raw, base64 (whole, and
+// each line of its PEM but the first, which is the same header for every
+// P-256 key), and a private key's scalar in hex and base64.
 func (m *multi) secrets(t *testing.T) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
 	addForms := func(what string, raw []byte) {
 		out[what] = raw
-		out[what+" (base64)"] = []byte(base64.StdEncoding.EncodeToString(raw))[:32]
-		out[what+" (hex)"] = []byte(fmt.Sprintf("%x", raw))[:32]
+		out[what+" (base64)"] = []byte(base64.StdEncoding.EncodeToString(raw))
+		b := pem.EncodeToMemory(&pem.Block{Type: "X", Bytes: raw})
+		for i, line := range strings.Split(string(b), "\n") {
+			if i > 1 && len(line) >= 32 && !strings.HasPrefix(line, "-----") {
+				out[fmt.Sprintf("%s (PEM line %d)", what, i)] = []byte(line)
+			}
+		}
+	}
+	addKey := func(what string, key crypto.Signer) {
+		der, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addForms(what, der)
+		if k, ok := key.(*ecdsa.PrivateKey); ok {
+			d := k.D.FillBytes(make([]byte, 32))
+			out[what+"'s scalar (hex)"] = []byte(fmt.Sprintf("%x", d))
+			out[what+"'s scalar (base64)"] = []byte(base64.StdEncoding.EncodeToString(d))
+		}
 	}
 	kvs, err := m.client(t, m.c.Nodes[0]).Get(context.Background(), keyspace.CAKey)
 	if err != nil || len(kvs.Kvs) != 1 {
@@ -1153,8 +1169,7 @@ func (m *multi) secrets(t *testing.T) map[string][]byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caDER, _ := x509.MarshalPKCS8PrivateKey(caKey)
-	addForms("the CA key", caDER)
+	addKey("the CA key", caKey)
 	tickets, err := m.client(t, m.c.Nodes[0]).Get(context.Background(), ticket.KeyPrefix, clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
@@ -1162,8 +1177,7 @@ func (m *multi) secrets(t *testing.T) map[string][]byte {
 	for _, kv := range tickets.Kvs {
 		addForms("ticket record "+string(kv.Key), kv.Value)
 	}
-	ownerDER, _ := x509.MarshalPKCS8PrivateKey(m.owner(t).PrivateKey)
-	addForms("the owner key", ownerDER)
+	addKey("the owner key", m.owner(t).PrivateKey.(crypto.Signer))
 	return out
 }
 
@@ -1220,43 +1234,4 @@ func (m *multi) dashboard(t *testing.T) {
 		}
 		contains(t, "the dashboard's log of "+n.Name, looks[2], "\n"+n.Name+":\n  ")
 	}
-}
-
-// applicationCredential mints an application credential and uses it with
-// Debian's etcdctl, as an application would: it writes and reads its
-// prefix and reaches nothing else, Borough's CA key least; once revoked,
-// it reaches nothing. The first credential restarts each member's etcd
-// once, in turn; the cluster stays healthy.
-func (m *multi) applicationCredential(t *testing.T) {
-	nodes := m.c.Nodes[:3]
-	var eps []string
-	for _, n := range nodes {
-		eps = append(eps, n.Endpoint())
-	}
-	dir := t.TempDir()
-	cluster := strings.Join(eps, ",")
-	t.Log(cli(t, "--config", m.config, "cluster", "credential", "billing", "--cluster", cluster, "--prefix", "/app/", "--out", dir, "--wait", "3m"))
-	cert, key := filepath.Join(dir, "billing.pem"), filepath.Join(dir, "billing-key.pem")
-	for _, tc := range []struct {
-		args []string
-		ok   bool
-	}{
-		{[]string{"put", "/app/x", "1"}, true},
-		{[]string{"get", "/app/x"}, true},
-		{[]string{"put", "/other", "1"}, false},
-		{[]string{"get", keyspace.CAKey}, false},
-		{[]string{"get", "--prefix", "/"}, false},
-		{[]string{"user", "list"}, false},
-	} {
-		out, err := m.etcdctlAs(cert, key, eps, tc.args...)
-		if tc.ok && err != nil || !tc.ok && (err == nil || !strings.Contains(out, "permission denied")) {
-			t.Errorf("etcdctl %s with the credential: %v\n%s", strings.Join(tc.args, " "), err, out)
-		}
-	}
-	contains(t, "credential list", cli(t, "--config", m.config, "cluster", "credential", "list", "--cluster", cluster), "billing  /app/")
-	cli(t, "--config", m.config, "cluster", "credential", "revoke", "billing", "--cluster", cluster)
-	if out, err := m.etcdctlAs(cert, key, eps, "get", "/app/x"); err == nil {
-		t.Errorf("etcdctl get with a revoked credential:\n%s", out)
-	}
-	m.checkHealth(t)
 }

@@ -139,9 +139,9 @@ func nodeCommand() *cobra.Command {
 	c := &cobra.Command{Use: "node", Short: "Manage a cluster's nodes, and see and power one through its node API"}
 	var fingerprint string
 	rm := &cobra.Command{
-		Use:   "remove NODE NAME",
-		Short: "Remove node NAME from NODE's (HOST:PORT) cluster and revoke its certificate",
-		Long: `remove takes NAME out of etcd's membership and adds its certificate to the
+		Use:   "remove NODE MEMBER",
+		Short: "Remove node MEMBER from NODE's (HOST:PORT) cluster and revoke its certificate",
+		Long: `remove takes MEMBER out of etcd's membership and adds its certificate to the
 cluster's revocation list, which every member puts in force on its peer and
 client ports within seconds. A removed node that boots again stays down
 and says so. Removing is for good: the machine needs a new ticket (and a

@@ -82,10 +82,6 @@ type look struct {
 	logs     map[string][]string
 }
 
-// counted are the etcd counters the dashboard takes differences of.
-var counted = []string{"etcd_mvcc_put_total", "etcd_mvcc_delete_total", "etcd_server_leader_changes_seen_total",
-	"etcd_disk_wal_fsync_duration_seconds_sum", "etcd_disk_wal_fsync_duration_seconds_count"}
-
 // watcher takes looks at a cluster, remembering each member's log.
 type watcher struct {
 	s     *session
@@ -127,8 +123,8 @@ func (w *watcher) readLog(ctx context.Context, name string, c *nodeapi.Client) {
 	}
 }
 
-// counters reads the counted values of families (a histogram's sum and
-// count under their own names).
+// counters reads the counters of families, and each histogram's sum and
+// count under their own names.
 func counters(families map[string]*dto.MetricFamily) map[string]float64 {
 	out := map[string]float64{}
 	for name, f := range families {

@@ -165,6 +165,11 @@ func (s *session) health(ctx context.Context, maxClock time.Duration) (*clusterH
 		m.judge(maxClock)
 	}
 	h.judgeEscrow()
+	seen := map[string]entry{}
+	for _, m := range h.Members {
+		seen[m.Name] = entry{Client: m.Endpoint, API: m.API, URLs: m.urls}
+	}
+	rememberMembers(seen)
 	h.Healthy = true
 	for _, m := range h.Members {
 		h.Healthy = h.Healthy && len(m.Problems) == 0

@@ -52,15 +52,25 @@ func run(args []string, stdout, stderr io.Writer) error {
 // commandTree is the CLI's commands.
 func commandTree() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "borough",
-		Short:         "Build, boot and manage Borough nodes",
+		Use:   "borough",
+		Short: "Build, boot and manage Borough nodes",
+		Long: `Build, boot and manage Borough nodes.
+
+A NODE is a node however it is given: its member name (from the members
+'borough health' has seen), or HOST:PORT of its etcd client port (2379) or
+its node API (7835); each command reaches the port it needs. A forwarded
+port is taken as the kind the command asks for. ENDPOINTS and --cluster
+are client ports, or names, comma-separated.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// NODE means a node, found by either port or its name.
+		PersistentPreRunE: resolveNodes,
 	}
 	root.PersistentFlags().StringVar(&configDir, "config", defaultConfigDir(), "directory of the owner's identity and pinned cluster CAs")
 	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand(), ownerCommand(), enrolmentCommand(),
 		etcdCommand(), statusCommand(), healthCommand(), supportCommand(), dashboardCommand(), clusterCommand(), nodeCommand(), logsCommand(), updateCommand(), secureBootCommand(), versionCommand())
 	refuseUnknown(root)
+	addCompletion(root)
 	return root
 }
 

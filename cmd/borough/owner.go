@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -67,6 +68,9 @@ escrow opens with it alone.`,
 }
 
 func ownerInit(stdout io.Writer, name string, force bool) error {
+	if err := checkOwnerName(name); err != nil {
+		return err
+	}
 	if _, err := os.Stat(ownerKeyPath()); err == nil && !force {
 		return fmt.Errorf("%s exists; --force replaces it (clusters that trust the old certificate will refuse the new one)", ownerKeyPath())
 	}
@@ -173,4 +177,14 @@ func loadOwnerCert(path string) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
+}
+
+// checkOwnerName refuses an owner name etcd could take for another user:
+// etcd names the owner by it, and names beginning app: are application
+// credentials' (admin.MintCredential).
+func checkOwnerName(name string) error {
+	if strings.HasPrefix(name, "app:") {
+		return fmt.Errorf("--name %q: names beginning app: are application credentials' etcd users", name)
+	}
+	return nil
 }

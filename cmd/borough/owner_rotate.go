@@ -53,6 +53,9 @@ nobody used are void: mint new ones.`,
 }
 
 func ownerRotate(stdout io.Writer, node, fingerprint, name string, wait time.Duration) error {
+	if err := checkOwnerName(name); err != nil {
+		return err
+	}
 	owner, err := ownerKeyPair()
 	if err != nil {
 		return err

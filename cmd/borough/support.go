@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,10 @@ import (
 // greps a bundle for every key its cluster holds). What could not be had
 // is listed in the bundle's MANIFEST rather than failing it: a bundle is
 // most needed when something is down.
+
+// fileName matches what may not be in a file's name in the bundle: a
+// member's name is what its cluster says.
+var fileName = regexp.MustCompile(`[^A-Za-z0-9._-]|^\.+$`)
 
 func supportCommand() *cobra.Command {
 	var fingerprint, out string
@@ -101,25 +106,20 @@ func support(progress io.Writer, endpoints []string, fingerprint string, given m
 		return err
 	}
 	b := &bundle{tw: tar.NewWriter(zw), progress: progress}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := b.cluster(ctx, s); err != nil {
-		return err
-	}
-	h, err := s.health(ctx, defaultClockOffset)
+	members, err := b.clusterParts(s, timeout)
 	if err != nil {
 		return err
 	}
-	if err := b.addJSON("cluster/health.json", h); err != nil {
-		return err
-	}
-	for _, m := range h.Members {
-		c, err := s.clients.client(m.Name, m.urls)
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		c, err := s.clients.client(name, members[name])
 		if err != nil {
-			b.missing(m.Name+"'s node API", err)
+			b.missing(name+"'s node API", err)
 			continue
 		}
-		if err := b.node(ctx, m.Name, c, boots); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err = b.node(ctx, name, c, boots)
+		cancel()
+		if err != nil {
 			return err
 		}
 	}
@@ -138,8 +138,33 @@ func support(progress io.Writer, endpoints []string, fingerprint string, given m
 	if err := atomicfile.Write(out, buf.Bytes(), 0o600); err != nil {
 		return fmt.Errorf("writing the support bundle: %w", err)
 	}
-	fmt.Fprintf(progress, "support: wrote %s (%d members, %d bytes)\n", out, len(h.Members), buf.Len())
+	fmt.Fprintf(progress, "support: wrote %s (%d members, %d bytes)\n", out, len(members), buf.Len())
 	return nil
+}
+
+// clusterParts adds what the cluster says (its members, each endpoint's
+// status, its health) and returns its members' client URLs, by name. A
+// cluster that does not answer (no quorum) is missing from the bundle,
+// and its members are those --api names.
+func (b *bundle) clusterParts(s *session, timeout time.Duration) (map[string][]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	members := map[string][]string{}
+	if err := b.cluster(ctx, s); err != nil {
+		b.missing("the cluster's members and status", err)
+	}
+	h, err := s.health(ctx, defaultClockOffset)
+	if err != nil {
+		b.missing("the cluster's health", err)
+		for name := range s.clients.given {
+			members[name] = nil
+		}
+		return members, nil
+	}
+	for _, m := range h.Members {
+		members[m.Name] = m.urls
+	}
+	return members, b.addJSON("cluster/health.json", h)
 }
 
 // cluster adds etcd's member list and each endpoint's status.
@@ -158,7 +183,7 @@ func (b *bundle) cluster(ctx context.Context, s *session) error {
 			b.missing("etcd status of "+ep, err)
 			continue
 		}
-		if err := b.addJSON("cluster/status-"+ep+".json", st); err != nil {
+		if err := b.addJSON("cluster/status-"+fileName.ReplaceAllString(ep, "_")+".json", st); err != nil {
 			return err
 		}
 	}
@@ -168,7 +193,7 @@ func (b *bundle) cluster(ctx context.Context, s *session) error {
 // node adds what member name's node API says: its info, its metrics and
 // the logs of up to boots boots.
 func (b *bundle) node(ctx context.Context, name string, c *nodeapi.Client, boots int) error {
-	dir := "nodes/" + name + "/"
+	dir := "nodes/" + fileName.ReplaceAllString(name, "_") + "/"
 	fmt.Fprintf(b.progress, "support: %s: info, metrics, logs\n", name)
 	if info, err := c.Info(ctx); err != nil {
 		b.missing(name+"'s info", err)

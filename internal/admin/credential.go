@@ -71,12 +71,13 @@ func (p CredentialParams) check() error {
 }
 
 // MintCredential makes credential p in the cluster c reaches, as its
-// owner (etcd's root): the applications CA, if the cluster has none of
-// this owner's yet, its role, its user, its record, then its certificate,
-// valid for p.TTL from now. A name in use is refused: revoke it first.
-// It returns the certificate and the applications CA; a member trusts a
-// new applications CA once its etcd restarted, in its turn
-// (cluster.Manager.trustApplications).
+// owner (etcd's root): it claims the name with the credential's record
+// (a name in use is refused: revoke it first; a mint cut short is
+// revoked too), then makes its role and user, then, if the cluster has
+// none of this owner's yet, stores the applications CA, last, for it
+// restarts each member's etcd in its turn (cluster.Manager.retrust). It
+// returns the certificate, valid for p.TTL from now, and the
+// applications CA.
 func MintCredential(ctx context.Context, c *clientv3.Client, p CredentialParams, owner tls.Certificate, now time.Time) (*pki.Cert, *x509.Certificate, error) {
 	if err := p.check(); err != nil {
 		return nil, nil, err
@@ -89,38 +90,55 @@ func MintCredential(ctx context.Context, c *clientv3.Client, p CredentialParams,
 	if err != nil {
 		return nil, nil, err
 	}
-	if rec, err := readCredential(ctx, c, p.Name); err != nil {
-		return nil, nil, err
-	} else if rec != nil {
-		return nil, nil, fmt.Errorf("the cluster has a credential %s already (for %s): revoke it first", p.Name, rec.Prefix)
+	user := credentialUser(p.Name)
+	if owner.Leaf.Subject.CommonName == user {
+		return nil, nil, fmt.Errorf("credential %s would be etcd user %s, which is the owner's", p.Name, user)
 	}
-	if err := grant(ctx, c, p); err != nil {
-		return nil, nil, err
+	if _, err := c.UserGet(ctx, user); err == nil {
+		return nil, nil, fmt.Errorf("etcd has a user %s already: revoke credential %s first, or choose another name", user, p.Name)
+	} else if !errors.Is(err, rpctypes.ErrUserNotFound) {
+		return nil, nil, fmt.Errorf("looking for user %s: %w", user, err)
 	}
 	apps, stored, err := applicationsCA(ctx, c, owner.Leaf, key, now)
 	if err != nil {
 		return nil, nil, err
 	}
-	user := credentialUser(p.Name)
 	cert, err := pki.SignClient(apps, key, pkix.Name{CommonName: user, Organization: []string{credentialOrg}}, now.Add(-5*time.Minute), now.Add(p.TTL))
 	if err != nil {
 		return nil, nil, err
 	}
-	rec := keyspace.CredentialRecord{Prefix: p.Prefix, ReadOnly: p.ReadOnly, Serial: cert.Cert.SerialNumber.Text(16), NotAfter: cert.Cert.NotAfter}
-	b, err := json.Marshal(rec)
-	if err != nil {
+	if err := claim(ctx, c, p, cert.Cert); err != nil {
 		return nil, nil, err
 	}
-	// The record and a new applications CA together, last: the CA
-	// restarts the members' etcd, in turn.
-	ops := []clientv3.Op{clientv3.OpPut(keyspace.Credentials+p.Name, string(b))}
-	if !stored {
-		ops = append(ops, clientv3.OpPut(keyspace.ApplicationsCA, string(pki.CertPEM(apps))))
+	if err := grant(ctx, c, p); err != nil {
+		return nil, nil, fmt.Errorf("%w (borough cluster credential revoke %s undoes what was made)", err, p.Name)
 	}
-	if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
-		return nil, nil, fmt.Errorf("recording credential %s: %w", p.Name, err)
+	if !stored {
+		if _, err := c.Put(ctx, keyspace.ApplicationsCA, string(pki.CertPEM(apps))); err != nil {
+			return nil, nil, fmt.Errorf("storing the applications CA: %w", err)
+		}
 	}
 	return cert, apps, nil
+}
+
+// claim records credential p, whose certificate is cert, if the cluster
+// has no credential of its name: two owners' tools minting one name at
+// once cannot both have it, and the serial of each certificate handed
+// out is recorded, to revoke.
+func claim(ctx context.Context, c *clientv3.Client, p CredentialParams, cert *x509.Certificate) error {
+	key := keyspace.Credentials + p.Name
+	b, err := json.Marshal(keyspace.CredentialRecord{Prefix: p.Prefix, ReadOnly: p.ReadOnly, Serial: cert.SerialNumber.Text(16), NotAfter: cert.NotAfter})
+	if err != nil {
+		return err
+	}
+	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b))).Commit()
+	if err != nil {
+		return fmt.Errorf("recording credential %s: %w", p.Name, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("the cluster has a credential %s already: revoke it first", p.Name)
+	}
+	return nil
 }
 
 // applicationsCA is the owner's applications CA the cluster holds
@@ -147,13 +165,13 @@ func grant(ctx context.Context, c *clientv3.Client, p CredentialParams) error {
 	if p.ReadOnly {
 		perm = clientv3.PermissionType(clientv3.PermRead)
 	}
-	if _, err := c.RoleAdd(ctx, user); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+	if _, err := c.RoleAdd(ctx, user); err != nil {
 		return fmt.Errorf("adding role %s: %w", user, err)
 	}
 	if _, err := c.RoleGrantPermission(ctx, user, p.Prefix, clientv3.GetPrefixRangeEnd(p.Prefix), perm); err != nil {
 		return fmt.Errorf("granting role %s %s: %w", user, p.Prefix, err)
 	}
-	if _, err := c.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+	if _, err := c.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil {
 		return fmt.Errorf("adding user %s: %w", user, err)
 	}
 	if _, err := c.UserGrantRole(ctx, user, user); err != nil {

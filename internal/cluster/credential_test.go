@@ -5,7 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +90,7 @@ func TestCredentialInProcess(t *testing.T) {
 		t.Error("a second credential billing was minted")
 	}
 	report := appClient(t, ca, ro)
+	checkEtcdctl(t, ca, rw)
 	denied := func(err error) bool { return err != nil && strings.Contains(err.Error(), "permission denied") }
 	for _, tc := range []struct {
 		name string
@@ -108,8 +113,18 @@ func TestCredentialInProcess(t *testing.T) {
 			t.Errorf("%s: %v, want allowed %v", tc.name, err, tc.ok)
 		}
 	}
-	if err := peerHandshake(rw, ca, "127.0.0.31:2380"); err == nil {
-		t.Error("the peer port took an application credential")
+	if err := handshake(rw, ca, "127.0.0.31:2379"); err != nil {
+		t.Fatalf("the client port refused the credential at the handshake: %v", err)
+	}
+	if err := handshake(rw, ca, "127.0.0.31:2380"); err == nil || !strings.Contains(err.Error(), "remote error: tls") {
+		t.Errorf("the peer port's answer to an application credential: %v, want a TLS alert", err)
+	}
+	if _, err := cl.UserAdd(ctx, "app:taken", "pw"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := admin.MintCredential(ctx, cl, admin.CredentialParams{Name: "taken", Prefix: "/t/", TTL: time.Hour}, owner, now); err == nil ||
+		!strings.Contains(err.Error(), "etcd has a user app:taken already") {
+		t.Errorf("a credential over an existing etcd user: %v", err)
 	}
 	if _, err := admin.RevokeCredential(ctx, cl, "billing", owner, nil); err != nil {
 		t.Fatal(err)
@@ -118,12 +133,13 @@ func TestCredentialInProcess(t *testing.T) {
 		t.Error("a revoked credential still reads on its open connection")
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		err := get(ctx, appClient(t, ca, rw), "/app/x")
-		if err != nil && !denied(err) {
+		// etcd checks its CRL once the handshake is done, and hangs up.
+		err := handshake(rw, ca, "127.0.0.31:2379")
+		if errors.Is(err, io.EOF) || err != nil && strings.Contains(err.Error(), "remote error: tls") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a new connection with a revoked credential is not refused 30 s after: %v", err)
+			t.Fatalf("a new connection with a revoked credential is not refused at its handshake 30 s after: %v", err)
 		}
 	}
 	if err := get(ctx, report, "/app/x"); err != nil {
@@ -159,9 +175,9 @@ func appClient(t *testing.T, ca *x509.Certificate, cred *pki.Cert) *clientv3.Cli
 	return c
 }
 
-// peerHandshake connects to a peer port with cred and says why the port
-// refused it, or nil if it did not within a second.
-func peerHandshake(cred *pki.Cert, ca *x509.Certificate, addr string) error {
+// handshake connects to addr with cred and reads: it returns the alert
+// of a server that refused cred, or nil if none came within a second.
+func handshake(cred *pki.Cert, ca *x509.Certificate, addr string) error {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
 	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.31",
@@ -177,4 +193,37 @@ func peerHandshake(cred *pki.Cert, ca *x509.Certificate, addr string) error {
 		return nil
 	}
 	return err
+}
+
+// checkEtcdctl uses cred with Debian's etcdctl, as an application's tools
+// would: it writes its prefix, and is refused Borough's CA key.
+func checkEtcdctl(t *testing.T, ca *x509.Certificate, cred *pki.Cert) {
+	t.Helper()
+	dir := t.TempDir()
+	key, err := pki.KeyPEM(cred.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"ca.pem": pki.CertPEM(ca), "cred.pem": pki.CertPEM(cred.Cert), "cred-key.pem": key}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"put", "/app/etcdctl", "1"}, true},
+		{[]string{"get", keyspace.CAKey}, false},
+	} {
+		cmd := exec.Command("etcdctl", append([]string{"--endpoints=https://127.0.0.31:2379", "--command-timeout=10s",
+			"--cacert=" + filepath.Join(dir, "ca.pem"), "--cert=" + filepath.Join(dir, "cred.pem"), "--key=" + filepath.Join(dir, "cred-key.pem")},
+			tc.args...)...)
+		cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+		out, err := cmd.CombinedOutput()
+		if tc.ok && err != nil || !tc.ok && (err == nil || !strings.Contains(string(out), "permission denied")) {
+			t.Errorf("etcdctl %s with the credential: %v\n%s", strings.Join(tc.args, " "), err, out)
+		}
+	}
 }

@@ -18,7 +18,11 @@ import (
 // closed, and bbolt panicked. The gate stands where the gRPC server would:
 // closing it ends the context of every request in it (a read waiting for
 // its leader, as on a member cut off from its peers, gives up at once),
-// refuses new ones, and waits until those in it have left.
+// refuses new ones, and waits until those in it have left. It closes when
+// the node closes the member. etcd that stops by itself (a removed
+// member's) closes its database before the node closes the member: that
+// path is not gated yet (shutting the gate as etcd begins to stop made a
+// removed member's watchers fail before etcd said why it stopped).
 
 // errClosed is the error of a request made after the member closed.
 var errClosed = errors.New("this etcd member is closed")

@@ -90,6 +90,9 @@ func TestCloseUnderRequests(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	closed.Store(true)
+	if !c.gate.close() {
+		t.Error("the gate did not see every request leave within its bound")
+	}
 	c.Close()
 	wg.Wait()
 	if ctx.Err() != nil {

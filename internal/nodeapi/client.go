@@ -171,6 +171,9 @@ func (c *Client) answer(r *http.Response, resp proto.Message) error {
 	return nil
 }
 
+// maxMetrics bounds the metrics a node may send: some 200 KiB today.
+const maxMetrics = 16 << 20
+
 // Metrics returns the node's Prometheus metrics, by name.
 func (c *Client) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	r, err := c.do(ctx, requestTimeout, http.MethodGet, metrics.Path, nil)
@@ -179,7 +182,7 @@ func (c *Client) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, err
 	}
 	defer r.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(r.Body)
+	families, err := parser.TextToMetricFamilies(io.LimitReader(r.Body, maxMetrics))
 	if err != nil {
 		return nil, fmt.Errorf("node API at %s: its metrics: %w", c.Addr, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/pki"
 )
@@ -51,6 +53,14 @@ func TestMetricsAccess(t *testing.T) {
 	}
 	stranger, _ := pki.NewOwner("owner", time.Now())
 	now := time.Now()
+	apps, err := authority.NewApplicationsCA(n.owner.Leaf, n.owner.PrivateKey.(crypto.Signer), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := pki.SignClient(apps, n.owner.PrivateKey.(crypto.Signer), pkix.Name{CommonName: "app:billing"}, now, now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name     string
 		cert     tls.Certificate
@@ -64,6 +74,7 @@ func TestMetricsAccess(t *testing.T) {
 		{"a credential asks for a reboot", credential(t, n.owner, time.Hour, now), "POST", pathPower, 403, ""},
 		{"an expired credential", credential(t, n.owner, time.Hour, now.Add(-2*time.Hour)), "GET", metrics.Path, 0, "certificate"},
 		{"another owner's credential", credential(t, keyPair(stranger), time.Hour, now), "GET", metrics.Path, 0, "certificate"},
+		{"an application's etcd credential", keyPair(app), "GET", metrics.Path, 0, "certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body, err := n.request(tc.cert, tc.method, tc.path)
@@ -77,6 +88,37 @@ func TestMetricsAccess(t *testing.T) {
 				t.Fatalf("got %d %q, %v; want %d", status, body, err, tc.status)
 			}
 		})
+	}
+}
+
+// TestMetricsAfterHandOver: a metrics credential of an owner the node no
+// longer has is refused, on a resumed TLS session too (which skips the
+// handshake's check).
+func TestMetricsAfterHandOver(t *testing.T) {
+	n := startNode(t, true)
+	roots := x509.NewCertPool()
+	roots.AddCert(n.ca.Cert)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: "127.0.0.1", ClientSessionCache: tls.NewLRUClientSessionCache(4),
+		Certificates: []tls.Certificate{credential(t, n.owner, time.Hour, time.Now())}}}}
+	get := func() (int, bool) {
+		resp, err := hc.Get("https://" + n.addr + metrics.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.TLS.DidResume
+	}
+	if status, _ := get(); status != http.StatusOK {
+		t.Fatalf("the credential's first scrape: %d", status)
+	}
+	n.handedOver.Store(true)
+	status, resumed := get()
+	if !resumed {
+		t.Fatal("the second connection did not resume its TLS session: the test checks nothing")
+	}
+	if status != http.StatusForbidden {
+		t.Errorf("a credential of the owner before the hand-over, on a resumed session: %d, want %d", status, http.StatusForbidden)
 	}
 }
 

@@ -38,6 +38,8 @@ type node struct {
 	// with another key, as a member that holds the CA's key could, with
 	// the node's admission; unadmitted makes it show no admission.
 	forged, unadmitted atomic.Bool
+	// handedOver makes the node's owner another, as after a hand-over.
+	handedOver atomic.Bool
 }
 
 // admission is the owner's admission of cert's key as node name.
@@ -73,6 +75,10 @@ func startNode(t testing.TB, identity bool) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	next, err := pki.NewOwner("next owner", now)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cert, err := ca.Issue("node-1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil, now)
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +95,9 @@ func startNode(t testing.TB, identity bool) *node {
 		Owner: func() *x509.Certificate {
 			if n.ownerless.Load() {
 				return nil
+			}
+			if n.handedOver.Load() {
+				return next.Cert
 			}
 			return owner.Cert
 		},

@@ -255,8 +255,8 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET "+metrics.Path, s.Metrics)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.ownersRequest(r) && r.URL.Path != metrics.Path {
-			http.Error(w, "a metrics credential reads "+metrics.Path+" only", http.StatusForbidden)
+		if err := s.allowed(r); err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
 		if s.Admission != nil {
@@ -268,10 +268,25 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// ownersRequest says whether r came from the owner; the TLS config has
-// let in no one else but metrics credentials.
-func (s *Server) ownersRequest(r *http.Request) bool {
-	return r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && s.isOwner(r.TLS.PeerCertificates[0].Raw)
+// allowed says why r may not be answered, or nil: the owner may ask
+// anything, a metrics credential of the owner for the metrics. It is
+// checked at each request, not only at the handshake, which a resumed TLS
+// session skips: a credential, or an owner, handed over since must not
+// keep its access for a session ticket's lifetime.
+func (s *Server) allowed(r *http.Request) error {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return errNotOwner
+	}
+	raw := r.TLS.PeerCertificates[0].Raw
+	switch owner := s.Owner(); {
+	case s.isOwner(raw):
+		return nil
+	case owner == nil:
+		return errNoOwner
+	case r.URL.Path != metrics.Path:
+		return errors.New("a metrics credential reads " + metrics.Path + " only")
+	}
+	return s.metricsCredential(raw, s.Owner())
 }
 
 // read decodes r's body into m, answering a bad request itself.
