@@ -70,7 +70,7 @@ func CheckApplicationsCA(ca, owner *x509.Certificate) error {
 	case !ca.IsCA || !ca.MaxPathLenZero || !slices.Equal(ca.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}):
 		return fmt.Errorf("the applications CA %q is not a CA for client certificates only, one level deep", ca.Subject.CommonName)
 	}
-	if err := ca.CheckSignature(ca.SignatureAlgorithm, ca.RawTBSCertificate, ca.Signature); err != nil {
+	if err := pki.SignedBy(ca, ca); err != nil {
 		return fmt.Errorf("the applications CA %q is not signed by the owner's key: %w", ca.Subject.CommonName, err)
 	}
 	return nil

@@ -60,9 +60,7 @@ func CheckCredential(c, owner *x509.Certificate, now time.Time) error {
 		return fmt.Errorf("metrics credential %q is valid from %s to %s, not now", c.Subject.CommonName,
 			c.NotBefore.Format(time.RFC3339), c.NotAfter.Format(time.RFC3339))
 	}
-	// The owner certificate is no CA, so x509's CheckSignatureFrom, which
-	// asks for one, would refuse it: the signature is checked by itself.
-	if err := owner.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature); err != nil {
+	if err := pki.SignedBy(c, owner); err != nil {
 		return fmt.Errorf("metrics credential %q is not signed by the owner: %w", c.Subject.CommonName, err)
 	}
 	return nil

@@ -154,6 +154,13 @@ func SignClient(parent *x509.Certificate, parentKey crypto.Signer, subject pkix.
 	return &Cert{Cert: cert, Key: key}, nil
 }
 
+// SignedBy checks that signer's key signed c. signer need not be a CA:
+// x509's CheckSignatureFrom asks for one, and the owner's certificate,
+// which signs metrics credentials and its own applications CA, is a leaf.
+func SignedBy(c, signer *x509.Certificate) error {
+	return signer.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature)
+}
+
 // CRL returns a DER revocation list revoking serials, numbered number,
 // with extensions ext.
 func (ca *CA) CRL(number int64, revoked []*big.Int, now time.Time, ext ...pkix.Extension) ([]byte, error) {
