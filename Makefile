@@ -54,7 +54,7 @@ bench: image
 	./bench/build.sh
 	$(GO) test -run '^$$' -bench . ./internal/logtree/ ./internal/nodeapi/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./internal/cluster/
-	$(GO) test -tags boot -run '^$$' -bench . -benchtime 1x -timeout 60m ./boottest/
+	$(GO) test -tags boot -run '^$$' -bench . -benchtime 1x -timeout 90m -v ./boottest/
 
 # The fault-injection suite on its own, for longer: SEED= reruns a schedule,
 # DURATION= is how long faults go on, NODES= 3 or 5. make test runs one

@@ -5,7 +5,6 @@ package boottest
 import (
 	"bytes"
 	"context"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -124,14 +123,8 @@ func timeTo(b *testing.B, opts qemu.Options, powerOff bool, lines ...string) []f
 }
 
 func trivialInitramfs(b *testing.B) []byte {
-	bin := filepath.Join(b.TempDir(), "trivialinit")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./trivialinit")
-	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("building trivialinit: %v\n%s", err, out)
-	}
 	var buf bytes.Buffer
-	if err := initramfs.Build(&buf, initramfs.Params{Init: bin}); err != nil {
+	if err := initramfs.Build(&buf, initramfs.Params{Init: goBuild(b, "./trivialinit", "trivialinit")}); err != nil {
 		b.Fatal(err)
 	}
 	return buf.Bytes()

@@ -4,6 +4,7 @@ package boottest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,4 +159,20 @@ func sawLine(t testing.TB, vm *qemu.VM, line string, timeout time.Duration) {
 func TestMain(m *testing.M) {
 	os.Setenv(ownerkey.PassphraseEnv, testPassphrase)
 	os.Exit(m.Run())
+}
+
+// waitUntil calls f every half second until it returns nil, and returns
+// its last error if timeout passes first.
+func waitUntil(timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still after %v: %w", timeout, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

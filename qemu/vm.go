@@ -286,6 +286,19 @@ func (vm *VM) CtrlAltDel() error {
 	return vm.monitor("sendkey ctrl-alt-delete")
 }
 
+// Pause stops the VM's CPUs (the monitor's "stop"). Its clocks stop with
+// them under TCG, so a paused cluster's members see no time pass and
+// elect no new leader when resumed: benchmarks pause one cluster while
+// they measure another on the same cores.
+func (vm *VM) Pause() error {
+	return vm.monitor("stop")
+}
+
+// Resume starts a paused VM's CPUs again.
+func (vm *VM) Resume() error {
+	return vm.monitor("cont")
+}
+
 // Kill stops QEMU at once, like pulling the plug, and waits for it; with
 // Options.VolatileCache, what the guest did not flush is lost with it.
 func (vm *VM) Kill() {

@@ -2,44 +2,20 @@ package robustness
 
 import (
 	"context"
-	"net/url"
 	"path/filepath"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-)
 
-// startEtcd starts a one-member etcd on a loopback address of its own.
-func startEtcd(t *testing.T) string {
-	cfg := embed.NewConfig()
-	cfg.Dir = filepath.Join(t.TempDir(), "etcd")
-	client := url.URL{Scheme: "http", Host: "127.0.0.62:2379"}
-	peer := url.URL{Scheme: "http", Host: "127.0.0.62:2380"}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(time.Minute):
-		t.Fatal("etcd did not start")
-	}
-	return client.String()
-}
+	"github.com/borough-os/borough/internal/etcdtest"
+)
 
 // TestWorkload runs three clients against a real etcd for two seconds:
 // every kind of call answers, and the history is linearizable; the same
 // history with a read that misses an acknowledged write is not.
 func TestWorkload(t *testing.T) {
-	endpoint := startEtcd(t)
+	endpoint := etcdtest.Start(t)
 	var clients []*clientv3.Client
 	for range 3 {
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})

@@ -70,7 +70,7 @@ func newExt4(t *testing.T) string {
 	if err := os.Truncate(img, 16<<20); err != nil {
 		t.Fatal(err)
 	}
-	runTool(t, "mke2fs", mkfsArgs(img)...)
+	runTool(t, "mke2fs", MkfsArgs(img)...)
 	return img
 }
 

@@ -1,0 +1,241 @@
+//go:build boot
+
+package boottest
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/bench/load"
+	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/qemu"
+	"github.com/borough-os/borough/qemu/multinode"
+)
+
+// Shapes of BenchmarkAgainstEtcd's run: turns at each load, each turn's
+// length, and the machines' memory, for both clusters alike.
+const (
+	etcdTurns     = 3
+	etcdTurn      = 10 * time.Second
+	etcdMemoryMiB = 1024
+)
+
+// etcdLoads are the loads of BenchmarkAgainstEtcd: etcd benchmark's put
+// of 256-byte values from 1, 16 and 64 clients, and its linearizable
+// range from 16, with a connection per member (one for one client).
+var etcdLoads = []load.Params{
+	{Kind: load.Put, Clients: 1, Conns: 1},
+	{Kind: load.Put, Clients: 16, Conns: 3},
+	{Kind: load.Put, Clients: 64, Conns: 3},
+	{Kind: load.Range, Clients: 16, Conns: 3},
+}
+
+// side is one of the clusters BenchmarkAgainstEtcd compares.
+type side struct {
+	name      string
+	vms       []*qemu.VM
+	endpoints []string
+	dial      load.Dial
+	env       map[string]string
+	results   map[string][]load.Result
+	terms     [2]uint64
+}
+
+// BenchmarkAgainstEtcd measures a three-node Borough cluster against its
+// floor, plain etcd of the same version in the same VMs (floor says what
+// is alike), in one run. Both clusters are up throughout; the one not
+// measured is paused (qemu.VM.Pause), so that each load has the cores to
+// itself, and the two take turns at each load, going first in alternate
+// turns, so that machine load that drifts over minutes touches both
+// alike. Per load it reports Borough's throughput, p50 and p99 against
+// the floor's, over all turns, and each turn's ratio. The
+// loads are etcd benchmark's (package load says why they are not run by
+// etcd's own tool); then etcdctl check perf at s and m on each.
+func BenchmarkAgainstEtcd(b *testing.B) {
+	config := b.TempDir()
+	cli(b, "--config", config, "owner", "init")
+	img := nodeImage(b)
+	b.Log("launching a three-node Borough cluster")
+	c, err := multinode.Launch(context.Background(), multinode.Options{
+		Nodes: 3, Image: img, StateDir: b.TempDir(), Cluster: "bench", Owner: ownerPair(b, config),
+		MemoryMiB: etcdMemoryMiB, Logf: b.Logf,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Kill()
+	if err := c.AwaitVoters(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	borough := boroughSide(b, c, config)
+	borough.pause(b)
+	b.Log("booting plain etcd, three members, in the same VMs")
+	fl := startFloor(b, 3, etcdMemoryMiB, dataPartitionSize(b, img))
+	floor := &side{name: "floor", vms: fl.VMs, endpoints: fl.Endpoints, dial: fl.Dial, env: fl.Env}
+	sides := []*side{borough, floor}
+	floor.terms[0] = floor.term(b)
+	floor.pause(b)
+	for turn := range etcdTurns {
+		for _, p := range etcdLoads {
+			p.For, p.KeySize, p.ValueSize, p.KeySpace = etcdTurn, 8, 256, 100000
+			for k := range sides {
+				sides[(k+turn)%2].measure(b, p)
+			}
+		}
+	}
+	perf := map[string][]string{}
+	for _, level := range []string{"s", "m"} {
+		for _, s := range sides {
+			perf[s.name] = append(perf[s.name], s.checkPerf(b, level))
+		}
+	}
+	borough.terms[1], floor.terms[1] = borough.resumed(b).term(b), floor.resumed(b).term(b)
+	report(b, borough, floor, perf)
+}
+
+// boroughSide is the Borough cluster c as a side.
+func boroughSide(b *testing.B, c *multinode.Cluster, config string) *side {
+	owner := ownerPair(b, config)
+	s := &side{name: "borough", dial: func(endpoint string) (*clientv3.Client, error) {
+		return admin.Connect([]string{endpoint}, c.CA, owner)
+	}}
+	for _, n := range c.Nodes {
+		s.vms, s.endpoints = append(s.vms, n.VM), append(s.endpoints, n.Endpoint())
+	}
+	s.env = etcdEnv(b, config, s.endpoints[0], c.Fingerprint)
+	s.env["ETCDCTL_ENDPOINTS"] = "https://" + strings.Join(s.endpoints, ",https://")
+	s.terms[0] = s.term(b)
+	return s
+}
+
+func (s *side) pause(b *testing.B) {
+	for _, vm := range s.vms {
+		if err := vm.Pause(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func (s *side) resumed(b *testing.B) *side {
+	for _, vm := range s.vms {
+		if err := vm.Resume(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
+}
+
+// measure runs p on s, resumed for it and paused after.
+func (s *side) measure(b *testing.B, p load.Params) {
+	s.resumed(b)
+	defer s.pause(b)
+	r, err := load.Run(context.Background(), s.dial, s.endpoints, p)
+	if err != nil {
+		b.Fatalf("%s: %v", s.name, err)
+	}
+	if s.results == nil {
+		s.results = map[string][]load.Result{}
+	}
+	s.results[p.Name()] = append(s.results[p.Name()], r)
+	b.Logf("%s %s: %.0f/s, p50 %v, p99 %v", s.name, p.Name(), r.Throughput(),
+		r.Percentile(0.5).Round(100*time.Microsecond), r.Percentile(0.99).Round(100*time.Microsecond))
+}
+
+// term is the raft term the first member says: a term that grows over
+// the run means an election, which pausing must not cause.
+func (s *side) term(b *testing.B) uint64 {
+	cl, err := s.dial(s.endpoints[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := cl.Status(ctx, s.endpoints[0])
+	if err != nil {
+		b.Fatalf("%s: %v", s.name, err)
+	}
+	return st.RaftTerm
+}
+
+// perfLine is a verdict of etcdctl check perf.
+var perfLine = regexp.MustCompile(`(?m)^(PASS|FAIL)(: .*)?$`)
+
+// checkPerf runs etcdctl check perf at level on s, resumed for it, and
+// returns its verdicts on one line.
+func (s *side) checkPerf(b *testing.B, level string) string {
+	s.resumed(b)
+	defer s.pause(b)
+	cmd := exec.Command(etcdctl(b), "check", "perf", "--load="+level)
+	env := cmd.Environ()
+	for k, v := range s.env {
+		env = append(env, k+"="+v)
+	}
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	verdicts := perfLine.FindAllString(string(out), -1)
+	if len(verdicts) == 0 {
+		b.Fatalf("%s: etcdctl check perf --load=%s gave no verdict: %v\n%s", s.name, level, err, out)
+	}
+	return level + ": " + strings.Join(verdicts, "; ")
+}
+
+// etcdctl builds etcdctl of the version Borough embeds (go.mod's tool).
+func etcdctl(b *testing.B) string {
+	return goBuild(b, "go.etcd.io/etcd/etcdctl/v3", "etcdctl")
+}
+
+// report logs and reports each load's figures, Borough's over the
+// floor's.
+func report(b *testing.B, borough, floor *side, perf map[string][]string) {
+	b.Logf("%-10s %28s %28s %22s", "load", "Borough req/s p50 p99", "floor req/s p50 p99", "ratio req/s p50 p99")
+	for _, p := range etcdLoads {
+		name := p.Name()
+		bo, fl := pooled(borough.results[name]), pooled(floor.results[name])
+		ratio := [3]float64{bo.Throughput() / fl.Throughput(), ms(bo.Percentile(0.5)) / ms(fl.Percentile(0.5)),
+			ms(bo.Percentile(0.99)) / ms(fl.Percentile(0.99))}
+		b.Logf("%-10s %9.0f %8.1f %8.1f ms %9.0f %8.1f %8.1f ms %6.2f %6.2f %6.2f", name,
+			bo.Throughput(), ms(bo.Percentile(0.5)), ms(bo.Percentile(0.99)),
+			fl.Throughput(), ms(fl.Percentile(0.5)), ms(fl.Percentile(0.99)), ratio[0], ratio[1], ratio[2])
+		b.Logf("%-10s each turn's ratio of req/s: %s; of p99: %s", name,
+			turnRatios(borough.results[name], floor.results[name], load.Result.Throughput),
+			turnRatios(borough.results[name], floor.results[name], func(r load.Result) float64 { return ms(r.Percentile(0.99)) }))
+		b.ReportMetric(bo.Throughput(), "req/s-borough-"+name)
+		b.ReportMetric(fl.Throughput(), "req/s-floor-"+name)
+		b.ReportMetric(ratio[0], "x-req/s-"+name)
+		b.ReportMetric(ratio[2], "x-p99-"+name)
+	}
+	for _, s := range []*side{borough, floor} {
+		b.Logf("%s: etcdctl check perf %s", s.name, strings.Join(perf[s.name], " | "))
+		b.Logf("%s: raft term %d at the start, %d at the end (a change is an election during the run)", s.name, s.terms[0], s.terms[1])
+	}
+	b.Log("targets: req/s at 16 and 64 clients >= 0.9 x the floor; p99 <= 1.25 x the floor; check perf s passes on Borough where it passes on the floor")
+}
+
+// pooled is every turn's requests as one result.
+func pooled(rs []load.Result) load.Result {
+	var all load.Result
+	for _, r := range rs {
+		all.Latencies = append(all.Latencies, r.Latencies...)
+		all.Took += r.Took
+	}
+	return all
+}
+
+// turnRatios is f of Borough over f of the floor, turn by turn.
+func turnRatios(bo, fl []load.Result, f func(load.Result) float64) string {
+	var out []string
+	for i := range min(len(bo), len(fl)) {
+		out = append(out, fmt.Sprintf("%.2f", f(bo[i])/f(fl[i])))
+	}
+	return strings.Join(out, " ")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
