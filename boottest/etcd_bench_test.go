@@ -5,6 +5,7 @@ package boottest
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -45,7 +46,10 @@ type side struct {
 	dial      load.Dial
 	env       map[string]string
 	results   map[string][]load.Result
-	terms     [2]uint64
+	// perf are etcdctl check perf's verdicts; terms the raft term at the
+	// start and at the end.
+	perf  []string
+	terms [2]uint64
 }
 
 // BenchmarkAgainstEtcd measures a three-node Borough cluster against its
@@ -57,53 +61,66 @@ type side struct {
 // alike. Per load it reports Borough's throughput, p50 and p99 against
 // the floor's, over all turns, and each turn's ratio. The
 // loads are etcd benchmark's (package load says why they are not run by
-// etcd's own tool); then etcdctl check perf at s and m on each.
+// etcd's own tool); then etcdctl check perf at s and m on each. With
+// BOROUGH_BENCH_BASELINE naming another Borough image (the one before a
+// change), that image runs too, as a third side, "baseline", in the same
+// turns: a change measured against what it changes, in one run.
 func BenchmarkAgainstEtcd(b *testing.B) {
 	config := b.TempDir()
 	cli(b, "--config", config, "owner", "init")
 	img := nodeImage(b)
-	b.Log("launching a three-node Borough cluster")
+	sides := []*side{boroughSide(b, "borough", img, config)}
+	if base := os.Getenv(baselineEnv); base != "" {
+		sides = append(sides, boroughSide(b, "baseline", base, config))
+	}
+	b.Log("booting plain etcd, three members, in the same VMs")
+	fl := startFloor(b, 3, etcdMemoryMiB, dataPartitionSize(b, img))
+	floor := &side{name: "floor", vms: fl.VMs, endpoints: fl.Endpoints, dial: fl.Dial, env: fl.Env}
+	floor.terms[0] = floor.term(b)
+	floor.pause(b)
+	sides = append(sides, floor)
+	for turn := range etcdTurns {
+		for _, p := range etcdLoads {
+			p.For, p.KeySize, p.ValueSize, p.KeySpace = etcdTurn, 8, 256, 100000
+			for k := range sides {
+				sides[(k+turn)%len(sides)].measure(b, p)
+			}
+		}
+	}
+	for _, level := range []string{"s", "m"} {
+		for _, s := range sides {
+			s.perf = append(s.perf, s.checkPerf(b, level))
+		}
+	}
+	for _, s := range sides {
+		s.terms[1] = s.resumed(b).term(b)
+	}
+	report(b, sides)
+}
+
+// baselineEnv names a Borough image to measure beside the one built, as
+// "baseline": the image of the change before, so that a change is
+// measured against what it changes in one run.
+const baselineEnv = "BOROUGH_BENCH_BASELINE"
+
+// boroughSide launches a three-node Borough cluster of img, waits until
+// its members are voters, and returns it as a side, paused. The cluster
+// is killed when the benchmark ends.
+func boroughSide(b *testing.B, name, img, config string) *side {
+	b.Logf("launching a three-node Borough cluster (%s: %s)", name, img)
 	c, err := multinode.Launch(context.Background(), multinode.Options{
-		Nodes: 3, Image: img, StateDir: b.TempDir(), Cluster: "bench", Owner: ownerPair(b, config),
+		Nodes: 3, Image: img, StateDir: b.TempDir(), Cluster: name, Owner: ownerPair(b, config),
 		MemoryMiB: etcdMemoryMiB, Logf: b.Logf,
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Kill()
+	b.Cleanup(c.Kill)
 	if err := c.AwaitVoters(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	borough := boroughSide(b, c, config)
-	borough.pause(b)
-	b.Log("booting plain etcd, three members, in the same VMs")
-	fl := startFloor(b, 3, etcdMemoryMiB, dataPartitionSize(b, img))
-	floor := &side{name: "floor", vms: fl.VMs, endpoints: fl.Endpoints, dial: fl.Dial, env: fl.Env}
-	sides := []*side{borough, floor}
-	floor.terms[0] = floor.term(b)
-	floor.pause(b)
-	for turn := range etcdTurns {
-		for _, p := range etcdLoads {
-			p.For, p.KeySize, p.ValueSize, p.KeySpace = etcdTurn, 8, 256, 100000
-			for k := range sides {
-				sides[(k+turn)%2].measure(b, p)
-			}
-		}
-	}
-	perf := map[string][]string{}
-	for _, level := range []string{"s", "m"} {
-		for _, s := range sides {
-			perf[s.name] = append(perf[s.name], s.checkPerf(b, level))
-		}
-	}
-	borough.terms[1], floor.terms[1] = borough.resumed(b).term(b), floor.resumed(b).term(b)
-	report(b, borough, floor, perf)
-}
-
-// boroughSide is the Borough cluster c as a side.
-func boroughSide(b *testing.B, c *multinode.Cluster, config string) *side {
 	owner := ownerPair(b, config)
-	s := &side{name: "borough", dial: func(endpoint string) (*clientv3.Client, error) {
+	s := &side{name: name, dial: func(endpoint string) (*clientv3.Client, error) {
 		return admin.Connect([]string{endpoint}, c.CA, owner)
 	}}
 	for _, n := range c.Nodes {
@@ -112,6 +129,7 @@ func boroughSide(b *testing.B, c *multinode.Cluster, config string) *side {
 	s.env = etcdEnv(b, config, s.endpoints[0], c.Fingerprint)
 	s.env["ETCDCTL_ENDPOINTS"] = "https://" + strings.Join(s.endpoints, ",https://")
 	s.terms[0] = s.term(b)
+	s.pause(b)
 	return s
 }
 
@@ -166,7 +184,7 @@ func (s *side) term(b *testing.B) uint64 {
 }
 
 // perfLine is a verdict of etcdctl check perf.
-var perfLine = regexp.MustCompile(`(?m)^(PASS|FAIL)(: .*)?$`)
+var perfLine = regexp.MustCompile(`(?m)(PASS|FAIL)(: .*)?$`)
 
 // checkPerf runs etcdctl check perf at level on s, resumed for it, and
 // returns its verdicts on one line.
@@ -192,28 +210,32 @@ func etcdctl(b *testing.B) string {
 	return goBuild(b, "go.etcd.io/etcd/etcdctl/v3", "etcdctl")
 }
 
-// report logs and reports each load's figures, Borough's over the
-// floor's.
-func report(b *testing.B, borough, floor *side, perf map[string][]string) {
-	b.Logf("%-10s %28s %28s %22s", "load", "Borough req/s p50 p99", "floor req/s p50 p99", "ratio req/s p50 p99")
+// report logs and reports each load's figures, each Borough side's over
+// the floor's (the last side).
+func report(b *testing.B, sides []*side) {
+	floor := sides[len(sides)-1]
+	b.Logf("%-10s %-9s %28s %28s %22s", "load", "side", "req/s p50 p99", "floor req/s p50 p99", "ratio req/s p50 p99")
 	for _, p := range etcdLoads {
 		name := p.Name()
-		bo, fl := pooled(borough.results[name]), pooled(floor.results[name])
-		ratio := [3]float64{bo.Throughput() / fl.Throughput(), ms(bo.Percentile(0.5)) / ms(fl.Percentile(0.5)),
-			ms(bo.Percentile(0.99)) / ms(fl.Percentile(0.99))}
-		b.Logf("%-10s %9.0f %8.1f %8.1f ms %9.0f %8.1f %8.1f ms %6.2f %6.2f %6.2f", name,
-			bo.Throughput(), ms(bo.Percentile(0.5)), ms(bo.Percentile(0.99)),
-			fl.Throughput(), ms(fl.Percentile(0.5)), ms(fl.Percentile(0.99)), ratio[0], ratio[1], ratio[2])
-		b.Logf("%-10s each turn's ratio of req/s: %s; of p99: %s", name,
-			turnRatios(borough.results[name], floor.results[name], load.Result.Throughput),
-			turnRatios(borough.results[name], floor.results[name], func(r load.Result) float64 { return ms(r.Percentile(0.99)) }))
-		b.ReportMetric(bo.Throughput(), "req/s-borough-"+name)
+		fl := pooled(floor.results[name])
+		for _, s := range sides[:len(sides)-1] {
+			bo := pooled(s.results[name])
+			ratio := [3]float64{bo.Throughput() / fl.Throughput(), ms(bo.Percentile(0.5)) / ms(fl.Percentile(0.5)),
+				ms(bo.Percentile(0.99)) / ms(fl.Percentile(0.99))}
+			b.Logf("%-10s %-9s %9.0f %8.1f %8.1f ms %9.0f %8.1f %8.1f ms %6.2f %6.2f %6.2f", name, s.name,
+				bo.Throughput(), ms(bo.Percentile(0.5)), ms(bo.Percentile(0.99)),
+				fl.Throughput(), ms(fl.Percentile(0.5)), ms(fl.Percentile(0.99)), ratio[0], ratio[1], ratio[2])
+			b.Logf("%-10s %-9s each turn's ratio of req/s: %s; of p99: %s", name, s.name,
+				turnRatios(s.results[name], floor.results[name], load.Result.Throughput),
+				turnRatios(s.results[name], floor.results[name], func(r load.Result) float64 { return ms(r.Percentile(0.99)) }))
+			b.ReportMetric(bo.Throughput(), "req/s-"+s.name+"-"+name)
+			b.ReportMetric(ratio[0], "x-req/s-"+s.name+"-"+name)
+			b.ReportMetric(ratio[2], "x-p99-"+s.name+"-"+name)
+		}
 		b.ReportMetric(fl.Throughput(), "req/s-floor-"+name)
-		b.ReportMetric(ratio[0], "x-req/s-"+name)
-		b.ReportMetric(ratio[2], "x-p99-"+name)
 	}
-	for _, s := range []*side{borough, floor} {
-		b.Logf("%s: etcdctl check perf %s", s.name, strings.Join(perf[s.name], " | "))
+	for _, s := range sides {
+		b.Logf("%s: etcdctl check perf %s", s.name, strings.Join(s.perf, " | "))
 		b.Logf("%s: raft term %d at the start, %d at the end (a change is an election during the run)", s.name, s.terms[0], s.terms[1])
 	}
 	b.Log("targets: req/s at 16 and 64 clients >= 0.9 x the floor; p99 <= 1.25 x the floor; check perf s passes on Borough where it passes on the floor")
