@@ -3,6 +3,7 @@
 package boottest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -46,10 +47,11 @@ type side struct {
 	dial      load.Dial
 	env       map[string]string
 	results   map[string][]load.Result
-	// perf are etcdctl check perf's verdicts; terms the raft term at the
-	// start and at the end.
-	perf  []string
-	terms [2]uint64
+	// perf are etcdctl check perf's verdicts.
+	perf []string
+	// term is the raft term last seen, and elections where it grew.
+	term      uint64
+	elections []string
 }
 
 // BenchmarkAgainstEtcd measures a three-node Borough cluster against its
@@ -76,7 +78,7 @@ func BenchmarkAgainstEtcd(b *testing.B) {
 	b.Log("booting plain etcd, three members, in the same VMs")
 	fl := startFloor(b, 3, etcdMemoryMiB, dataPartitionSize(b, img))
 	floor := &side{name: "floor", vms: fl.VMs, endpoints: fl.Endpoints, dial: fl.Dial, env: fl.Env}
-	floor.terms[0] = floor.term(b)
+	floor.watchTerm(b, "at the start")
 	floor.pause(b)
 	sides = append(sides, floor)
 	for turn := range etcdTurns {
@@ -87,13 +89,11 @@ func BenchmarkAgainstEtcd(b *testing.B) {
 			}
 		}
 	}
+	etcdctl := goBuild(b, "go.etcd.io/etcd/etcdctl/v3", "etcdctl")
 	for _, level := range []string{"s", "m"} {
 		for _, s := range sides {
-			s.perf = append(s.perf, s.checkPerf(b, level))
+			s.perf = append(s.perf, s.checkPerf(b, etcdctl, level))
 		}
-	}
-	for _, s := range sides {
-		s.terms[1] = s.resumed(b).term(b)
 	}
 	report(b, sides)
 }
@@ -128,7 +128,7 @@ func boroughSide(b *testing.B, name, img, config string) *side {
 	}
 	s.env = etcdEnv(b, config, s.endpoints[0], c.Fingerprint)
 	s.env["ETCDCTL_ENDPOINTS"] = "https://" + strings.Join(s.endpoints, ",https://")
-	s.terms[0] = s.term(b)
+	s.watchTerm(b, "at the start")
 	s.pause(b)
 	return s
 }
@@ -154,10 +154,12 @@ func (s *side) resumed(b *testing.B) *side {
 func (s *side) measure(b *testing.B, p load.Params) {
 	s.resumed(b)
 	defer s.pause(b)
+	s.watchTerm(b, "paused, before "+p.Name())
 	r, err := load.Run(context.Background(), s.dial, s.endpoints, p)
 	if err != nil {
 		b.Fatalf("%s: %v", s.name, err)
 	}
+	s.watchTerm(b, "during "+p.Name())
 	if s.results == nil {
 		s.results = map[string][]load.Result{}
 	}
@@ -166,9 +168,19 @@ func (s *side) measure(b *testing.B, p load.Params) {
 		r.Percentile(0.5).Round(100*time.Microsecond), r.Percentile(0.99).Round(100*time.Microsecond))
 }
 
-// term is the raft term the first member says: a term that grows over
-// the run means an election, which pausing must not cause.
-func (s *side) term(b *testing.B) uint64 {
+// watchTerm notes an election if the raft term grew since it was last
+// seen: pausing must not cause one, and a load that does says the
+// cluster could not keep its leader under it.
+func (s *side) watchTerm(b *testing.B, when string) {
+	t := s.raftTerm(b)
+	if s.term != 0 && t != s.term {
+		s.elections = append(s.elections, fmt.Sprintf("%s (term %d to %d)", when, s.term, t))
+	}
+	s.term = t
+}
+
+// raftTerm is the raft term the first member says.
+func (s *side) raftTerm(b *testing.B) uint64 {
 	cl, err := s.dial(s.endpoints[0])
 	if err != nil {
 		b.Fatal(err)
@@ -187,11 +199,14 @@ func (s *side) term(b *testing.B) uint64 {
 var perfLine = regexp.MustCompile(`(?m)(PASS|FAIL)(: .*)?$`)
 
 // checkPerf runs etcdctl check perf at level on s, resumed for it, and
-// returns its verdicts on one line.
-func (s *side) checkPerf(b *testing.B, level string) string {
+// returns its verdicts on one line. etcdctl is of the version Borough
+// embeds (go.mod's tool).
+func (s *side) checkPerf(b *testing.B, etcdctl, level string) string {
 	s.resumed(b)
 	defer s.pause(b)
-	cmd := exec.Command(etcdctl(b), "check", "perf", "--load="+level)
+	s.watchTerm(b, "paused, before check perf "+level)
+	defer s.watchTerm(b, "during check perf "+level)
+	cmd := exec.Command(etcdctl, "check", "perf", "--load="+level)
 	env := cmd.Environ()
 	for k, v := range s.env {
 		env = append(env, k+"="+v)
@@ -203,11 +218,6 @@ func (s *side) checkPerf(b *testing.B, level string) string {
 		b.Fatalf("%s: etcdctl check perf --load=%s gave no verdict: %v\n%s", s.name, level, err, out)
 	}
 	return level + ": " + strings.Join(verdicts, "; ")
-}
-
-// etcdctl builds etcdctl of the version Borough embeds (go.mod's tool).
-func etcdctl(b *testing.B) string {
-	return goBuild(b, "go.etcd.io/etcd/etcdctl/v3", "etcdctl")
 }
 
 // report logs and reports each load's figures, each Borough side's over
@@ -236,7 +246,7 @@ func report(b *testing.B, sides []*side) {
 	}
 	for _, s := range sides {
 		b.Logf("%s: etcdctl check perf %s", s.name, strings.Join(s.perf, " | "))
-		b.Logf("%s: raft term %d at the start, %d at the end (a change is an election during the run)", s.name, s.terms[0], s.terms[1])
+		b.Logf("%s: elections: %s", s.name, cmp.Or(strings.Join(s.elections, "; "), "none"))
 	}
 	b.Log("targets: req/s at 16 and 64 clients >= 0.9 x the floor; p99 <= 1.25 x the floor; check perf s passes on Borough where it passes on the floor")
 }

@@ -27,7 +27,8 @@ import (
 // bootstrapping node booted while two others run, as the third node was:
 // the difference to that is what joining itself costs; put latency through one node with one and with three voters;
 // seconds from the leader's power cut until writes are accepted again
-// (target: 3 s); and each node's idle resident memory.
+// (target: 3 s); and each node's idle resident memory. Restarts are
+// BenchmarkColdRestart's.
 func BenchmarkMultiNode(b *testing.B) {
 	config := b.TempDir()
 	cli(b, "--config", config, "owner", "init")
@@ -61,9 +62,7 @@ func BenchmarkMultiNode(b *testing.B) {
 	}
 	p3 := putLatency(b, c, first)
 	rss := idleRSS(b, c)
-	recovery, cut := leaderCut(b, c)
-	warm := restarted(b, c, cut)
-	cold := coldRestart(b, c)
+	recovery := leaderCut(b, c)
 	loaded := bootstrapAt(b, config)
 
 	b.ReportMetric(bootstrap.Seconds(), "s-bootstrap-to-running")
@@ -78,8 +77,6 @@ func BenchmarkMultiNode(b *testing.B) {
 	b.ReportMetric(p3[1], "ms-put-p99-3nodes")
 	b.ReportMetric(recovery.Seconds(), "s-leader-cut-to-writes")
 	b.ReportMetric(slices.Max(rss), "MiB-max-node-rss")
-	b.ReportMetric(warm.Seconds(), "s-one-node-reboot-to-running")
-	b.ReportMetric(cold.Seconds(), "s-cold-restart-3-nodes-to-running")
 	b.Logf("QEMU start to node running: bootstrap %.1f s; QEMU start to voter, the third node: %.1f s (%.1f s more; target 5 s); "+
 		"to its own node running %.1f s", bootstrap.Seconds(), toVoter.Seconds(), (toVoter - bootstrap).Seconds(),
 		joinRunning.Seconds())
@@ -87,45 +84,6 @@ func BenchmarkMultiNode(b *testing.B) {
 		loaded.Seconds(), (toVoter - loaded).Seconds())
 	b.Logf("put through node 1, p50/p99: 1 voter %.1f/%.1f ms, 3 voters %.1f/%.1f ms", p1[0], p1[1], p3[0], p3[1])
 	b.Logf("leader power cut to writes accepted again: %.2f s (target 3 s); idle node RSS MiB: %v", recovery.Seconds(), rss)
-	b.Logf("QEMU start to node running, the cluster keeping the unlock keys: one node rebooted beside two running %.1f s; "+
-		"all three powered on together after a power cut %.1f s (the last one)", warm.Seconds(), cold.Seconds())
-}
-
-// restarted boots n again, after a power cut, and returns its QEMU start
-// to node running: it gets its unlock key from its running peers.
-func restarted(b *testing.B, c *multinode.Cluster, n *multinode.Node) time.Duration {
-	if err := c.Restart(context.Background(), n); err != nil {
-		b.Fatal(err)
-	}
-	if err := c.WaitRunning(n); err != nil {
-		b.Fatal(err)
-	}
-	return n.RunningAt
-}
-
-// coldRestart cuts the power of every node once the cluster keeps their
-// unlock keys, powers them all on together, and returns the QEMU start to
-// node running of the last one.
-func coldRestart(b *testing.B, c *multinode.Cluster) time.Duration {
-	for _, n := range c.Nodes {
-		awaitEscrow(b, n)
-	}
-	for _, n := range c.Nodes {
-		n.VM.Kill()
-	}
-	for _, n := range c.Nodes {
-		if err := c.Restart(context.Background(), n); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var last time.Duration
-	for _, n := range c.Nodes {
-		if err := c.WaitRunning(n); err != nil {
-			b.Fatal(err)
-		}
-		last = max(last, n.RunningAt)
-	}
-	return last
 }
 
 // bootstrapAt boots a one-node cluster of its own, while the benchmark's
@@ -227,8 +185,8 @@ func idleRSS(b *testing.B, c *multinode.Cluster) []float64 {
 
 // leaderCut kills the leader under a steady stream of puts through the
 // other nodes and returns the time from the kill to the first put
-// accepted after it, and the leader, which is left off.
-func leaderCut(b *testing.B, c *multinode.Cluster) (time.Duration, *multinode.Node) {
+// accepted after it. The leader is left off.
+func leaderCut(b *testing.B, c *multinode.Cluster) time.Duration {
 	cl, err := c.Client()
 	if err != nil {
 		b.Fatal(err)
@@ -269,11 +227,11 @@ func leaderCut(b *testing.B, c *multinode.Cluster) (time.Duration, *multinode.No
 		_, err := cl.Put(pctx, "after-cut", "v", clientv3.WithPrevKV())
 		pcancel()
 		if err == nil {
-			return time.Since(cut), leader
+			return time.Since(cut)
 		}
 	}
 	b.Fatal("writes were not accepted within 2 minutes of the leader's power cut")
-	return 0, nil
+	return 0
 }
 
 // borough returns the console's lines of Borough's own, without etcd's.

@@ -94,10 +94,22 @@ func (c *testCluster) newNode(t *testing.T, ca *pki.CA, i int) *node {
 // test ends, and returns the log of its releases and refusals.
 func (c *testCluster) serve(t *testing.T, n *node, crl *x509.RevocationList) *bytes.Buffer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return c.serveAt(t, n, crl, "127.0.0.1:0")
+}
+
+// serveAt is serve on the address addr.
+func (c *testCluster) serveAt(t *testing.T, n *node, crl *x509.RevocationList, addr string) *bytes.Buffer {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c.serveOn(t, n, crl, l)
+}
+
+// serveOn is serve on the listener l.
+func (c *testCluster) serveOn(t *testing.T, n *node, crl *x509.RevocationList, l net.Listener) *bytes.Buffer {
+	t.Helper()
 	n.addr = l.Addr().String()
 	log := &syncBuffer{}
 	s := &Server{Cluster: "prod", Node: n.name, EscrowKey: n.escrowKey, Identity: n.identity(c.ca, crl),
@@ -176,6 +188,79 @@ func TestFetch(t *testing.T) {
 				t.Errorf("%d holders logged a release, want at least %d", released, e.K)
 			}
 		})
+	}
+}
+
+// TestFetchPassesOverASlowHolder unlocks a node one share of which is
+// enough while another holder takes seconds to answer: the key is
+// recovered from the quick one's share without waiting for the slow one,
+// which has released nothing when Fetch returns.
+func TestFetchPassesOverASlowHolder(t *testing.T) {
+	c := newCluster(t, 3)
+	c.serve(t, c.nodes[1], nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := c.serveOn(t, c.nodes[2], nil, slowListener{l})
+	a := c.nodes[0]
+	e, addrs := c.escrowFor(t, a, cuk, 1)
+	got, _, err := fetch(t, a.identity(c.ca, nil), e, addrs, 30*time.Second)
+	if err != nil || !bytes.Equal(got, cuk) {
+		t.Fatalf("Fetch = %x, %v; want the CUK", got, err)
+	}
+	if log := slow.String(); strings.Contains(log, "released a share") {
+		t.Errorf("Fetch returned after the slow holder answered:\n%s", log)
+	}
+}
+
+// slowListener accepts each connection 3 s after it came.
+type slowListener struct{ net.Listener }
+
+func (l slowListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		time.Sleep(3 * time.Second)
+	}
+	return c, err
+}
+
+// TestFetchHoldersUpLate unlocks a node whose holders come up after it
+// first asked them, as in a cold restart of the whole cluster.
+func TestFetchHoldersUpLate(t *testing.T) {
+	c := newCluster(t, 3)
+	a := c.nodes[0]
+	var addrs []string
+	for _, n := range c.nodes[1:] {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.addr = l.Addr().String()
+		addrs = append(addrs, n.addr)
+		l.Close()
+	}
+	e, holders := c.escrowFor(t, a, cuk, 2)
+	type result struct {
+		cuk []byte
+		log string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, log, err := fetch(t, a.identity(c.ca, nil), e, holders, 30*time.Second)
+		done <- result{got, log, err}
+	}()
+	time.Sleep(3 * unreachableRetry)
+	for i, n := range c.nodes[1:] {
+		c.serveAt(t, n, nil, addrs[i])
+	}
+	r := <-done
+	if r.err != nil || !bytes.Equal(r.cuk, cuk) {
+		t.Fatalf("Fetch = %x, %v; want the CUK", r.cuk, r.err)
+	}
+	if !strings.Contains(r.log, "waiting for unlock: 0 of 2 shares") || !strings.Contains(r.log, "connection refused") {
+		t.Errorf("the requester did not say it waited for holders that were down:\n%s", r.log)
 	}
 }
 
