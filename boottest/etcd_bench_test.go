@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/borough-os/borough/bench/load"
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/qemu"
+	"github.com/borough-os/borough/qemu/guestprof"
 	"github.com/borough-os/borough/qemu/multinode"
 )
 
@@ -33,10 +35,16 @@ const (
 // of 256-byte values from 1, 16 and 64 clients, and its linearizable
 // range from 16, with a connection per member (one for one client).
 var etcdLoads = []load.Params{
-	{Kind: load.Put, Clients: 1, Conns: 1},
-	{Kind: load.Put, Clients: 16, Conns: 3},
-	{Kind: load.Put, Clients: 64, Conns: 3},
-	{Kind: load.Range, Clients: 16, Conns: 3},
+	etcdLoad(load.Put, 1, 1),
+	etcdLoad(load.Put, 16, 3),
+	etcdLoad(load.Put, 64, 3),
+	etcdLoad(load.Range, 16, 3),
+}
+
+// etcdLoad is a load of a turn's length: 8-byte keys drawn from 100000,
+// 256-byte values.
+func etcdLoad(kind load.Kind, clients, conns int) load.Params {
+	return load.Params{Kind: kind, Clients: clients, Conns: conns, For: etcdTurn, KeySize: 8, ValueSize: 256, KeySpace: 100000}
 }
 
 // side is one of the clusters BenchmarkAgainstEtcd compares.
@@ -52,6 +60,10 @@ type side struct {
 	// term is the raft term last seen, and elections where it grew.
 	term      uint64
 	elections []string
+	// gdb are the VMs' gdbstub sockets and bins the Go binaries they
+	// run, if the side is profiled.
+	gdb  []string
+	bins []guestprof.Binary
 }
 
 // BenchmarkAgainstEtcd measures a three-node Borough cluster against its
@@ -66,24 +78,33 @@ type side struct {
 // etcd's own tool); then etcdctl check perf at s and m on each. With
 // BOROUGH_BENCH_BASELINE naming another Borough image (the one before a
 // change), that image runs too, as a third side, "baseline", in the same
-// turns: a change measured against what it changes, in one run.
+// turns: a change measured against what it changes, in one run. With
+// BOROUGH_BENCH_PROFILE naming a directory, one more turn, not counted,
+// samples each side's leader under each load (profileTurn).
 func BenchmarkAgainstEtcd(b *testing.B) {
 	config := b.TempDir()
 	cli(b, "--config", config, "owner", "init")
-	img := nodeImage(b)
-	sides := []*side{boroughSide(b, "borough", img, config)}
+	profiles := os.Getenv(profileEnv)
+	var params []string
+	if profiles != "" {
+		params = profileParams
+	}
+	img := nodeImage(b, params...)
+	sides := []*side{boroughSide(b, "borough", img, config, profiles != "")}
 	if base := os.Getenv(baselineEnv); base != "" {
-		sides = append(sides, boroughSide(b, "baseline", base, config))
+		sides = append(sides, boroughSide(b, "baseline", base, config, false))
 	}
 	b.Log("booting plain etcd, three members, in the same VMs")
-	fl := startFloor(b, 3, etcdMemoryMiB, dataPartitionSize(b, img))
+	fl := startFloor(b, 3, etcdMemoryMiB, dataPartitionSize(b, img), params...)
 	floor := &side{name: "floor", vms: fl.VMs, endpoints: fl.Endpoints, dial: fl.Dial, env: fl.Env}
+	if profiles != "" {
+		floor.gdb, floor.bins = fl.GDB, []guestprof.Binary{{Name: "etcd", Symbols: goSymbols(b, fl.Etcd)}}
+	}
 	floor.watchTerm(b, "at the start")
 	floor.pause(b)
 	sides = append(sides, floor)
 	for turn := range etcdTurns {
 		for _, p := range etcdLoads {
-			p.For, p.KeySize, p.ValueSize, p.KeySpace = etcdTurn, 8, 256, 100000
 			for k := range sides {
 				sides[(k+turn)%len(sides)].measure(b, p)
 			}
@@ -96,6 +117,9 @@ func BenchmarkAgainstEtcd(b *testing.B) {
 		}
 	}
 	report(b, sides)
+	if profiles != "" {
+		profileTurn(b, sides, profiles)
+	}
 }
 
 // baselineEnv names a Borough image to measure beside the one built, as
@@ -104,13 +128,14 @@ func BenchmarkAgainstEtcd(b *testing.B) {
 const baselineEnv = "BOROUGH_BENCH_BASELINE"
 
 // boroughSide launches a three-node Borough cluster of img, waits until
-// its members are voters, and returns it as a side, paused. The cluster
-// is killed when the benchmark ends.
-func boroughSide(b *testing.B, name, img, config string) *side {
+// its members are voters, and returns it as a side, paused; with
+// profiled, ready for profileTurn (img being the test build's). The
+// cluster is killed when the benchmark ends.
+func boroughSide(b *testing.B, name, img, config string, profiled bool) *side {
 	b.Logf("launching a three-node Borough cluster (%s: %s)", name, img)
 	c, err := multinode.Launch(context.Background(), multinode.Options{
 		Nodes: 3, Image: img, StateDir: b.TempDir(), Cluster: name, Owner: ownerPair(b, config),
-		MemoryMiB: etcdMemoryMiB, Logf: b.Logf,
+		MemoryMiB: etcdMemoryMiB, Logf: b.Logf, GDB: profiled,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -125,6 +150,12 @@ func boroughSide(b *testing.B, name, img, config string) *side {
 	}}
 	for _, n := range c.Nodes {
 		s.vms, s.endpoints = append(s.vms, n.VM), append(s.endpoints, n.Endpoint())
+		if profiled {
+			s.gdb = append(s.gdb, n.GDB())
+		}
+	}
+	if profiled {
+		s.bins = []guestprof.Binary{{Name: "node", Symbols: goSymbols(b, filepath.Join(testOut(b), "node"))}}
 	}
 	s.env = etcdEnv(b, config, s.endpoints[0], c.Fingerprint)
 	s.env["ETCDCTL_ENDPOINTS"] = "https://" + strings.Join(s.endpoints, ",https://")

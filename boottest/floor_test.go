@@ -42,7 +42,11 @@ type floor struct {
 	Endpoints []string
 	// Env is etcdctl's environment for every member.
 	Env map[string]string
-	tls *tls.Config
+	// Etcd is the etcd binary the members run; GDB their gdbstub sockets
+	// (qemu.Options.GDB), for guestprof.
+	Etcd string
+	GDB  []string
+	tls  *tls.Config
 }
 
 // floorAddr is member i's address on the floor's LAN, as Borough's
@@ -53,9 +57,10 @@ func floorAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, 0, byt
 // to.
 const userAddr = "10.0.2.15/24"
 
-// startFloor boots n members of plain etcd, each with memoryMiB, and
+// startFloor boots n members of plain etcd, each with memoryMiB and a
+// data disk of dataSize bytes, params on their kernel command line, and
 // returns once a write through each member is accepted.
-func startFloor(t testing.TB, n, memoryMiB int, dataSize int64) *floor {
+func startFloor(t testing.TB, n, memoryMiB int, dataSize int64, params ...string) *floor {
 	t.Helper()
 	dir := t.TempDir()
 	hub, err := qemu.StartHub(filepath.Join(dir, "lan.sock"))
@@ -64,7 +69,9 @@ func startFloor(t testing.TB, n, memoryMiB int, dataSize int64) *floor {
 	}
 	f := &floor{hub: hub}
 	t.Cleanup(f.Kill)
-	boot := bootBinary(t, floorInitramfs(t))
+	initramfs, etcd := floorInitramfs(t)
+	f.Etcd = etcd
+	boot := bootBinary(t, initramfs, params...)
 	ca, err := pki.NewCA("floor", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +89,9 @@ func startFloor(t testing.TB, n, memoryMiB int, dataSize int64) *floor {
 			Image: writeImage(t, boot, nil), StateDir: filepath.Join(vmDir, "vm"), MemoryMiB: memoryMiB,
 			OtherDisks: []string{dataDisk(t, vmDir, dataSize)}, FwCfg: writeJSON(t, filepath.Join(vmDir, "floor.json"), cfg),
 			Forwards: []qemu.Forward{{Host: port, Guest: 2379}}, LAN: &qemu.LAN{Hub: hub.Path(), MAC: floorMAC(i)},
+			GDB: filepath.Join(vmDir, "gdb.sock"),
 		}
+		f.GDB = append(f.GDB, opts.GDB)
 		vm, err := qemu.Start(context.Background(), opts)
 		if err != nil {
 			t.Fatal(err)
@@ -247,16 +256,17 @@ func dataPartitionSize(t testing.TB, img string) int64 {
 	return 0
 }
 
-// floorInitramfs is etcdfloor as init, with the etcd binary beside it.
-func floorInitramfs(t testing.TB) []byte {
+// floorInitramfs is etcdfloor as init, with the etcd binary beside it,
+// and that binary's path.
+func floorInitramfs(t testing.TB) ([]byte, string) {
 	t.Helper()
 	var buf bytes.Buffer
-	err := initramfs.Build(&buf, initramfs.Params{Init: goBuild(t, "./etcdfloor", "etcdfloor"),
-		Files: []string{goBuild(t, "go.etcd.io/etcd/server/v3", "etcd") + ":etcd"}})
+	etcd := goBuild(t, "go.etcd.io/etcd/server/v3", "etcd")
+	err := initramfs.Build(&buf, initramfs.Params{Init: goBuild(t, "./etcdfloor", "etcdfloor"), Files: []string{etcd + ":etcd"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return buf.Bytes()
+	return buf.Bytes(), etcd
 }
 
 // goBuild builds a static binary of pkg named name, as build.sh builds

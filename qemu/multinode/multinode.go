@@ -77,6 +77,9 @@ type Options struct {
 	VolatileCache bool
 	// Control gives every node a control port (qemu.Options.Control).
 	Control bool
+	// GDB gives every node a gdbstub socket (Node.GDB), for
+	// guestprof.Record.
+	GDB bool
 	// MemoryMiB is each VM's memory; default 1024.
 	MemoryMiB int
 	// ClientPorts are the host ports forwarded to each node's client
@@ -131,6 +134,9 @@ func (n *Node) Endpoint() string { return net.JoinHostPort("127.0.0.1", strconv.
 // MAC is the address of n's NIC on the cluster's LAN (the hub's
 // faults name NICs by it).
 func (n *Node) MAC() string { return fmt.Sprintf("52:54:00:77:00:%02x", n.Index+1) }
+
+// GDB is n's gdbstub socket, if Options.GDB asked for one.
+func (n *Node) GDB() string { return n.opts.GDB }
 
 // API is the host's address of n's node API.
 func (n *Node) API() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.APIPort)) }
@@ -240,6 +246,9 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: peer, Guest: 2380}, {Host: api, Guest: nodeapi.Port}},
 		LAN:  &qemu.LAN{Hub: c.Hub.Path(), MAC: n.MAC()},
 		Logf: c.nodeLogf(i), VolatileCache: c.opts.VolatileCache, Control: c.opts.Control,
+	}
+	if c.opts.GDB {
+		n.opts.GDB = filepath.Join(dir, "gdb.sock")
 	}
 	n.TestParams = c.opts.TestParams
 	if c.opts.Console != nil {
