@@ -55,6 +55,8 @@ type side struct {
 	dial      load.Dial
 	env       map[string]string
 	results   map[string][]load.Result
+	// io are the members' disk I/O counts under each load, over all turns.
+	io map[string]qemu.BlockStats
 	// perf are etcdctl check perf's verdicts.
 	perf []string
 	// term is the raft term last seen, and elections where it grew.
@@ -186,17 +188,32 @@ func (s *side) measure(b *testing.B, p load.Params) {
 	s.resumed(b)
 	defer s.pause(b)
 	s.watchTerm(b, "paused, before "+p.Name())
+	before := s.blockStats(b)
 	r, err := load.Run(context.Background(), s.dial, s.endpoints, p)
 	if err != nil {
 		b.Fatalf("%s: %v", s.name, err)
 	}
-	s.watchTerm(b, "during "+p.Name())
 	if s.results == nil {
-		s.results = map[string][]load.Result{}
+		s.results, s.io = map[string][]load.Result{}, map[string]qemu.BlockStats{}
 	}
+	s.io[p.Name()] = s.io[p.Name()].Add(s.blockStats(b).Sub(before))
+	s.watchTerm(b, "during "+p.Name())
 	s.results[p.Name()] = append(s.results[p.Name()], r)
 	b.Logf("%s %s: %.0f/s, p50 %v, p99 %v", s.name, p.Name(), r.Throughput(),
 		r.Percentile(0.5).Round(100*time.Microsecond), r.Percentile(0.99).Round(100*time.Microsecond))
+}
+
+// blockStats are the I/O counts of all of s's disks together.
+func (s *side) blockStats(b *testing.B) qemu.BlockStats {
+	var sum qemu.BlockStats
+	for _, vm := range s.vms {
+		st, err := vm.BlockStats()
+		if err != nil {
+			b.Fatalf("%s: %v", s.name, err)
+		}
+		sum = sum.Add(st)
+	}
+	return sum
 }
 
 // watchTerm notes an election if the raft term grew since it was last
@@ -269,6 +286,8 @@ func report(b *testing.B, sides []*side) {
 			b.Logf("%-10s %-9s each turn's ratio of req/s: %s; of p99: %s", name, s.name,
 				turnRatios(s.results[name], floor.results[name], load.Result.Throughput),
 				turnRatios(s.results[name], floor.results[name], func(r load.Result) float64 { return ms(r.Percentile(0.99)) }))
+			b.Logf("%-10s %-9s disk I/O per request, all members: %s; the floor's: %s", name, s.name,
+				perRequest(s.io[name], len(bo.Latencies)), perRequest(floor.io[name], len(fl.Latencies)))
 			b.ReportMetric(bo.Throughput(), "req/s-"+s.name+"-"+name)
 			b.ReportMetric(ratio[0], "x-req/s-"+s.name+"-"+name)
 			b.ReportMetric(ratio[2], "x-p99-"+s.name+"-"+name)
@@ -280,6 +299,13 @@ func report(b *testing.B, sides []*side) {
 		b.Logf("%s: elections: %s", s.name, cmp.Or(strings.Join(s.elections, "; "), "none"))
 	}
 	b.Log("targets: req/s at 16 and 64 clients >= 0.9 x the floor; p99 <= 1.25 x the floor; check perf s passes on Borough where it passes on the floor")
+}
+
+// perRequest is io per request, of n.
+func perRequest(io qemu.BlockStats, n int) string {
+	r := float64(max(n, 1))
+	return fmt.Sprintf("%.2f writes (%.1f KiB), %.2f flushes, %.2f reads", float64(io.WriteOps)/r,
+		float64(io.WriteBytes)/1024/r, float64(io.FlushOps)/r, float64(io.ReadOps)/r)
 }
 
 // pooled is every turn's requests as one result.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -306,29 +307,116 @@ func (vm *VM) Kill() {
 	<-vm.exited
 }
 
-// monitor sends one command to QEMU's human monitor.
+// monitor sends one command to QEMU's human monitor and returns once the
+// monitor has taken it in (echoed it), without waiting for what it does.
 func (vm *VM) monitor(command string) error {
+	_, err := vm.monitorUntil(command, func(got []byte) (string, bool) {
+		return "", bytes.Contains(got, []byte(command))
+	})
+	return err
+}
+
+// monitorPrompt is what QEMU's human monitor prints when it is ready for
+// a command.
+const monitorPrompt = "(qemu) "
+
+// monitorOutput sends one command to QEMU's human monitor and returns
+// what it printed in answer: everything after the command's echo, up to
+// the next prompt.
+func (vm *VM) monitorOutput(command string) (string, error) {
+	return vm.monitorUntil(command, func(got []byte) (string, bool) {
+		_, answer, ok := bytes.Cut(got, []byte(command))
+		if !ok {
+			return "", false
+		}
+		out, _, ok := bytes.Cut(answer, []byte(monitorPrompt))
+		return string(out), ok
+	})
+}
+
+// monitorUntil sends command to QEMU's human monitor and reads what it
+// prints until done says it has what it waits for.
+func (vm *VM) monitorUntil(command string, done func(got []byte) (string, bool)) (string, error) {
 	c, err := net.DialTimeout("unix", vm.opts.monitorPath(), 5*time.Second)
 	if err != nil {
-		return vm.fail(fmt.Errorf("connecting to QEMU monitor: %w", err))
+		return "", vm.fail(fmt.Errorf("connecting to QEMU monitor: %w", err))
 	}
 	defer c.Close()
 	if _, err := fmt.Fprintf(c, "%s\n", command); err != nil {
-		return vm.fail(fmt.Errorf("sending %q to QEMU monitor: %w", command, err))
+		return "", vm.fail(fmt.Errorf("sending %q to QEMU monitor: %w", command, err))
 	}
-	// Read until the command's echo, so it has been taken in before the
-	// connection closes.
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var got []byte
-	buf := make([]byte, 512)
-	for !bytes.Contains(got, []byte(command)) {
+	buf := make([]byte, 4096)
+	for {
+		if out, ok := done(got); ok {
+			return out, nil
+		}
 		n, err := c.Read(buf)
 		if err != nil {
-			return vm.fail(fmt.Errorf("QEMU monitor did not take %q: %w", command, err))
+			return "", vm.fail(fmt.Errorf("QEMU monitor did not take %q: %w", command, err))
 		}
 		got = append(got, buf[:n]...)
 	}
-	return nil
+}
+
+// BlockStats are I/O counts of a VM's disks since it started.
+type BlockStats struct {
+	ReadOps, ReadBytes, WriteOps, WriteBytes, FlushOps uint64
+}
+
+// Sub is s minus an earlier t.
+func (s BlockStats) Sub(t BlockStats) BlockStats {
+	return BlockStats{s.ReadOps - t.ReadOps, s.ReadBytes - t.ReadBytes, s.WriteOps - t.WriteOps,
+		s.WriteBytes - t.WriteBytes, s.FlushOps - t.FlushOps}
+}
+
+// Add is s plus t.
+func (s BlockStats) Add(t BlockStats) BlockStats {
+	return BlockStats{s.ReadOps + t.ReadOps, s.ReadBytes + t.ReadBytes, s.WriteOps + t.WriteOps,
+		s.WriteBytes + t.WriteBytes, s.FlushOps + t.FlushOps}
+}
+
+// BlockStats returns the I/O counts of all the VM's disks together, as
+// QEMU counts them (the monitor's info blockstats): what the guest asked
+// of its disks, whatever its file systems and device-mapper made of its
+// programs' writes.
+func (vm *VM) BlockStats() (BlockStats, error) {
+	out, err := vm.monitorOutput("info blockstats")
+	if err != nil {
+		return BlockStats{}, err
+	}
+	return parseBlockStats(out)
+}
+
+// parseBlockStats sums info blockstats' counts over its disks: a line
+// "disk0: rd_bytes=1 wr_bytes=2 ..." per disk.
+func parseBlockStats(out string) (BlockStats, error) {
+	var s BlockStats
+	fields := map[string]*uint64{"rd_operations": &s.ReadOps, "rd_bytes": &s.ReadBytes,
+		"wr_operations": &s.WriteOps, "wr_bytes": &s.WriteBytes, "flush_operations": &s.FlushOps}
+	disks := 0
+	for _, line := range strings.Split(out, "\n") {
+		_, counts, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok || !strings.Contains(counts, "wr_operations=") {
+			continue
+		}
+		disks++
+		for _, kv := range strings.Fields(counts) {
+			k, v, _ := strings.Cut(kv, "=")
+			if p, ok := fields[k]; ok {
+				n, err := strconv.ParseUint(v, 10, 64)
+				if err != nil {
+					return BlockStats{}, fmt.Errorf("info blockstats: %s: %w", kv, err)
+				}
+				*p += n
+			}
+		}
+	}
+	if disks == 0 {
+		return BlockStats{}, fmt.Errorf("info blockstats named no disk: %q", out)
+	}
+	return s, nil
 }
 
 // console collects the serial console and wakes waiters on each write.

@@ -49,3 +49,32 @@ func TestTail(t *testing.T) {
 		})
 	}
 }
+
+func TestParseBlockStats(t *testing.T) {
+	for _, tc := range []struct {
+		name, out string
+		want      BlockStats
+		err       string
+	}{
+		{"two disks", "\r\ndisk0: rd_bytes=4096 wr_bytes=8192 rd_operations=1 wr_operations=2 flush_operations=3 wr_total_time_ns=9 rd_total_time_ns=8\r\n" +
+			"other0: rd_bytes=10 wr_bytes=20 rd_operations=30 wr_operations=40 flush_operations=50 idle_time_ns=7\r\n",
+			BlockStats{ReadOps: 31, ReadBytes: 4106, WriteOps: 42, WriteBytes: 8212, FlushOps: 53}, ""},
+		{"a line without counts", "pflash0: (no stats)\ndisk0: rd_bytes=1 wr_bytes=2 rd_operations=3 wr_operations=4 flush_operations=5\n",
+			BlockStats{ReadOps: 3, ReadBytes: 1, WriteOps: 4, WriteBytes: 2, FlushOps: 5}, ""},
+		{"no disk", "\r\n", BlockStats{}, "named no disk"},
+		{"a count that is no number", "disk0: wr_operations=x\n", BlockStats{}, "wr_operations=x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseBlockStats(tc.out)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %+v, %v; want an error naming %q", got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
