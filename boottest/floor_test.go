@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/qemu"
+	"github.com/borough-os/borough/qemu/multinode"
 )
 
 // floor is plain etcd, a member per VM, in VMs like a Borough cluster's
@@ -48,10 +48,6 @@ type floor struct {
 	GDB  []string
 	tls  *tls.Config
 }
-
-// floorAddr is member i's address on the floor's LAN, as Borough's
-// multinode gives node i.
-func floorAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)}) }
 
 // userAddr is the address QEMU's user network forwards the host's ports
 // to.
@@ -79,7 +75,7 @@ func startFloor(t testing.TB, n, memoryMiB int, dataSize int64, params ...string
 	f.client(t, ca, dir)
 	var cluster []string
 	for i := range n {
-		cluster = append(cluster, fmt.Sprintf("floor%d=https://%s:2380", i+1, floorAddr(i)))
+		cluster = append(cluster, fmt.Sprintf("floor%d=https://%s:2380", i+1, multinode.LANAddr(i)))
 	}
 	for i := range n {
 		port := freePort(t)
@@ -88,7 +84,7 @@ func startFloor(t testing.TB, n, memoryMiB int, dataSize int64, params ...string
 		opts := qemu.Options{
 			Image: writeImage(t, boot, nil), StateDir: filepath.Join(vmDir, "vm"), MemoryMiB: memoryMiB,
 			OtherDisks: []string{dataDisk(t, vmDir, dataSize)}, FwCfg: writeJSON(t, filepath.Join(vmDir, "floor.json"), cfg),
-			Forwards: []qemu.Forward{{Host: port, Guest: 2379}}, LAN: &qemu.LAN{Hub: hub.Path(), MAC: floorMAC(i)},
+			Forwards: []qemu.Forward{{Host: port, Guest: 2379}}, LAN: &qemu.LAN{Hub: hub.Path(), MAC: multinode.MAC(i)},
 			GDB: filepath.Join(vmDir, "gdb.sock"),
 		}
 		f.GDB = append(f.GDB, opts.GDB)
@@ -103,9 +99,6 @@ func startFloor(t testing.TB, n, memoryMiB int, dataSize int64, params ...string
 	f.awaitWrites(t)
 	return f
 }
-
-// floorMAC is member i's NIC on the LAN, as multinode's nodes have.
-func floorMAC(i int) string { return fmt.Sprintf("52:54:00:77:00:%02x", i+1) }
 
 // client makes the host's client certificate and etcdctl's environment.
 func (f *floor) client(t testing.TB, ca *pki.CA, dir string) {
@@ -175,7 +168,7 @@ func (f *floor) Kill() {
 // floorConfig is member i's etcdfloor configuration.
 func floorConfig(t testing.TB, ca *pki.CA, i int, cluster string) map[string]any {
 	t.Helper()
-	addr := floorAddr(i)
+	addr := multinode.LANAddr(i)
 	cert, err := ca.Issue(fmt.Sprintf("floor%d", i+1), []net.IP{addr.AsSlice(), net.IPv4(127, 0, 0, 1), net.IPv4(10, 0, 2, 15)}, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +179,7 @@ func floorConfig(t testing.TB, ca *pki.CA, i int, cluster string) map[string]any
 	}
 	const etc = "/etc/etcd/"
 	return map[string]any{
-		"addresses": map[string]string{qemu.UserMAC: userAddr, floorMAC(i): addr.String() + "/24"},
+		"addresses": map[string]string{qemu.UserMAC: userAddr, multinode.MAC(i): addr.String() + "/24"},
 		"files": map[string]string{etc + "ca.pem": string(pki.CertPEM(ca.Cert)),
 			etc + "node.pem": string(pki.CertPEM(cert.Cert)), etc + "node-key.pem": string(key)},
 		"etcd": []string{

@@ -236,9 +236,16 @@ func leaderCut(b *testing.B, c *multinode.Cluster) time.Duration {
 
 // borough returns the console's lines of Borough's own, without etcd's.
 func borough(console string) string {
+	return consoleLines(console, func(l string) bool {
+		return strings.Contains(l, "borough: ") && !strings.Contains(l, "consensus/etcd")
+	})
+}
+
+// consoleLines are the lines of console that keep says to keep.
+func consoleLines(console string, keep func(string) bool) string {
 	var out []string
 	for _, l := range strings.Split(console, "\n") {
-		if strings.Contains(l, "borough: ") && !strings.Contains(l, "consensus/etcd") {
+		if keep(l) {
 			out = append(out, l)
 		}
 	}

@@ -56,7 +56,7 @@ func BenchmarkColdRestart(b *testing.B) {
 		reboot = append(reboot, rebooted(b, c, n).Seconds())
 		columns := []column{{"reboot", stepTimes(n)}}
 		if _, ok := columns[0].at["etcd serves"]; !ok {
-			b.Logf("the reboot's boot timeline was not read; its console's timeline lines:\n%s", grepLines(n.VM.Console(), "timeline"))
+			b.Logf("the reboot's boot timeline was not read; its console's timeline lines:\n%s", consoleLines(n.VM.Console(), func(l string) bool { return strings.Contains(l, "timeline") }))
 		}
 		rebootOwn = append(rebootOwn, inBoot(columns[0].at))
 		for _, n := range c.Nodes {
@@ -88,17 +88,6 @@ func BenchmarkColdRestart(b *testing.B) {
 	b.Logf("within the boots, init started to node running, median: the reboot %.2f s, the cold restart's last node %.2f s (%+.2f s)",
 		median(rebootOwn), median(coldOwn), median(coldOwn)-median(rebootOwn))
 	b.Logf("the last turn's boots, seconds from QEMU start (reboot: the node rebooted among running peers; node1-3: the cold restart):\n%s", picture)
-}
-
-// grepLines are the lines of text that hold s.
-func grepLines(text, s string) string {
-	var out []string
-	for _, l := range strings.Split(text, "\n") {
-		if strings.Contains(l, s) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // inBoot is the time from init started to node running in a boot's

@@ -133,7 +133,15 @@ func (n *Node) Endpoint() string { return net.JoinHostPort("127.0.0.1", strconv.
 
 // MAC is the address of n's NIC on the cluster's LAN (the hub's
 // faults name NICs by it).
-func (n *Node) MAC() string { return fmt.Sprintf("52:54:00:77:00:%02x", n.Index+1) }
+func (n *Node) MAC() string { return MAC(n.Index) }
+
+// MAC is the LAN address of the NIC of node i (from 0), and LANAddr its
+// IP address: the plan a cluster of other VMs on a hub (make bench's
+// plain etcd) follows too.
+func MAC(i int) string { return fmt.Sprintf("52:54:00:77:00:%02x", i+1) }
+
+// LANAddr is node i's IP address on the cluster's LAN.
+func LANAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)}) }
 
 // GDB is n's gdbstub socket, if Options.GDB asked for one.
 func (n *Node) GDB() string { return n.opts.GDB }
@@ -240,7 +248,7 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Index: i, ClientPort: port, PeerPort: peer, APIPort: api, LAN: netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)})}
+	n := &Node{Index: i, ClientPort: port, PeerPort: peer, APIPort: api, LAN: LANAddr(i)}
 	n.opts = qemu.Options{
 		Image: disk, StateDir: filepath.Join(dir, "vm"), TPM: c.opts.TPM, MemoryMiB: c.opts.MemoryMiB,
 		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: peer, Guest: 2380}, {Host: api, Guest: nodeapi.Port}},
