@@ -5,7 +5,6 @@ package boottest
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -54,12 +53,7 @@ func TestQEMUUntil(t *testing.T) {
 // example GitHub Actions workflow runs, on the release image.
 func TestCIExample(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := freePort(t)
 	cmd := exec.Command("../examples/ci/boot-and-query.sh", filepath.Join(outDir(t), "borough.img"))
 	cmd.Env = append(cmd.Environ(), "BOROUGH="+filepath.Join(outDir(t), "bin", "borough"), fmt.Sprintf("PORT=%d", port))
 	out, err := cmd.CombinedOutput()

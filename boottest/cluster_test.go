@@ -12,9 +12,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
-	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -32,15 +33,15 @@ import (
 
 const running = "borough: node running"
 
-// freePort returns a TCP port on loopback that nothing listens on.
+// freePort returns a TCP port on loopback for a VM's forward
+// (qemu.FreePort).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := qemu.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // owner makes an owner identity in a fresh config directory and returns
@@ -272,7 +273,15 @@ func forgedState(t *testing.T, img string, opts qemu.Options) {
 		"borough: state Restarting -> Running", running)
 	// The member's identity is copied to the ESP as soon as it runs, and
 	// then every 10 s.
-	time.Sleep(12 * time.Second)
+	if err := waitUntil(time.Minute, func() error {
+		crl, err := exec.Command("mtype", "-i", espTarget(t, img), "::/"+string(esp.UnlockCRL)).Output()
+		if err == nil && !bytes.Equal(crl, genuine) {
+			err = fmt.Errorf("%d bytes, want the genuine %d", len(crl), len(genuine))
+		}
+		return err
+	}); err != nil {
+		t.Errorf("the running node did not put the ESP's CRL copy back: %v", err)
+	}
 	powerOff(t, vm)
 	if crl := readESPFile(t, img, esp.UnlockCRL); !bytes.Equal(crl, genuine) {
 		t.Errorf("the ESP's CRL copy was not put back: %d bytes, want the genuine %d", len(crl), len(genuine))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,14 +63,17 @@ func (m *multi) ownerRotation(t *testing.T) {
 			cli(t, "--config", m.config, "node", "info", n.API(), "--fingerprint", m.c.Fingerprint), n.Name)
 	}
 	for _, n := range nodes {
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		if err := waitUntil(time.Minute, func() error {
 			var r escrow.OwnerRecovery
-			if err := json.Unmarshal(espCopy(t, n, esp.OwnerRecovery)[esp.OwnerRecovery], &r); err == nil && r.Owner == fp {
-				break
+			if err := json.Unmarshal(espCopy(t, n, esp.OwnerRecovery)[esp.OwnerRecovery], &r); err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node%d's owner escrow is not sealed to the new owner %s a minute after the hand-over", n.Index+1, fp)
+			if r.Owner != fp {
+				return fmt.Errorf("it is sealed to %s", r.Owner)
 			}
+			return nil
+		}); err != nil {
+			t.Fatalf("node%d's owner escrow is not sealed to the new owner %s after the hand-over: %v", n.Index+1, fp, err)
 		}
 	}
 	if m.backup != "" {
@@ -114,14 +118,8 @@ func ownerReads(n *multinode.Node, c *multinode.Cluster, owner tls.Certificate) 
 // hand-over.
 func awaitOwnerReads(t *testing.T, n *multinode.Node, c *multinode.Cluster, owner tls.Certificate) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
-		err := ownerReads(n, c, owner)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the new owner cannot read through node%d two minutes after the hand-over: %v", n.Index+1, err)
-		}
+	if err := waitUntil(2*time.Minute, func() error { return ownerReads(n, c, owner) }); err != nil {
+		t.Fatalf("the new owner cannot read through node%d after the hand-over: %v", n.Index+1, err)
 	}
 }
 

@@ -4,14 +4,17 @@ package boottest
 
 import (
 	"bytes"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/qemu"
 )
 
@@ -57,7 +60,7 @@ func checkNodeAPI(t *testing.T, config, api, fp, cluster string) {
 // the node stops its services.
 func followReboot(t *testing.T, config, api string) string {
 	t.Helper()
-	var out bytes.Buffer
+	var out lockedBuffer
 	follow := exec.Command(filepath.Join(outDir(t), "bin", "borough"), "--config", config, "logs", api, "-f")
 	follow.Stdout, follow.Stderr = &out, &out
 	if err := follow.Start(); err != nil {
@@ -65,7 +68,16 @@ func followReboot(t *testing.T, config, api string) string {
 	}
 	done := make(chan error, 1)
 	go func() { done <- follow.Wait() }()
-	time.Sleep(2 * time.Second)
+	// The follower prints the log so far first, from the subscription
+	// that then follows it.
+	if err := waitUntil(stepTimeout, func() error {
+		if out.String() == "" {
+			return errors.New("the follower printed nothing")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	cli(t, "--config", config, "node", "reboot", api)
 	select {
 	case <-done:
@@ -74,6 +86,24 @@ func followReboot(t *testing.T, config, api string) string {
 		t.Fatalf("the follower did not end with the node's services:\n%s", out.String())
 	}
 	return out.String()
+}
+
+// lockedBuffer is a buffer a command writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestFailedNodeAPI boots a fresh node that must fail (its clock says
@@ -86,16 +116,15 @@ func TestFailedNodeAPI(t *testing.T) {
 	port := freePort(t)
 	api := "127.0.0.1:" + strconv.Itoa(port)
 	vm := boot(t, qemu.Options{Image: nodeImage(t, cmdline.PoweroffOnFatal), FwCfg: cfgFile, RTCBase: "2001-01-01",
-		Forwards: []qemu.Forward{{Host: port, Guest: 7835}}})
+		Forwards: []qemu.Forward{{Host: port, Guest: nodeapi.Port}}})
 	expect(t, vm, bootTimeout, "borough: node failed: enrolment config from fw_cfg opt/borough/enrolment: field bootstrap.owner_certificate: is not valid before")
 	var info string
-	deadline := time.Now().Add(stepTimeout)
-	for {
+	if err := waitUntil(stepTimeout, func() error {
 		out, err := exec.Command(filepath.Join(outDir(t), "bin", "borough"), "--config", config, "node", "info", api, "--unverified").CombinedOutput()
-		if info = string(out); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Second)
+		info = string(out)
+		return err
+	}); err != nil {
+		t.Fatalf("node info of a failed node: %v\n%s", err, info)
 	}
 	contains(t, "a failed node's info", info, "state        Failed", "failure      enrolment config from fw_cfg", "cluster      early")
 	contains(t, "a failed node's log", cli(t, "--config", config, "logs", api, "--unverified"),

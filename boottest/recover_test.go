@@ -26,11 +26,7 @@ func (m *multi) quorumLost(t *testing.T) {
 		awaitEscrow(t, n)
 	}
 	w := startWriter(t, m.client(t, nodes...))
-	for deadline := time.Now().Add(time.Minute); w.count() < 20; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d acknowledged writes in a minute", w.count())
-		}
-	}
+	w.await(t, 20, time.Minute)
 	acked := w.stop()
 	contains(t, "cluster recover of a cluster with its quorum", cliFails(t, "--config", m.config, "cluster", "recover",
 		survivor.API(), "--cluster", survivor.Endpoint(), "--fingerprint", m.c.Fingerprint), "the member has a leader")

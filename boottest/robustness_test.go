@@ -233,15 +233,14 @@ func (r *faultRun) connect(endpoints ...string) *clientv3.Client {
 // leader is the node that leads, once one does (an election may be
 // under way).
 func (r *faultRun) leader() *multinode.Node {
-	var err error
-	for deadline := time.Now().Add(recoveryBound); time.Now().Before(deadline); time.Sleep(time.Second) {
-		var l *multinode.Node
-		if l, err = r.c.Leader(context.Background()); err == nil {
-			return l
-		}
+	var l *multinode.Node
+	if err := waitUntil(recoveryBound, func() (err error) {
+		l, err = r.c.Leader(context.Background())
+		return err
+	}); err != nil {
+		r.t.Fatal(err)
 	}
-	r.t.Fatal(err)
-	return nil
+	return l
 }
 
 // cut cuts the power of nodes (their disks lose what they did not

@@ -37,19 +37,7 @@ func receive(t *testing.T, c net.Conn) []byte {
 }
 
 func TestHub(t *testing.T) {
-	h, err := StartHub(filepath.Join(t.TempDir(), "lan.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	var vms [3]net.Conn
-	for i := range vms {
-		if vms[i], err = net.Dial("unix", h.Path()); err != nil {
-			t.Fatal(err)
-		}
-		defer vms[i].Close()
-	}
-	time.Sleep(50 * time.Millisecond)
+	_, vms := connectedHub(t, 3)
 	// VM 0 broadcasts: VMs 1 and 2 get it, VM 0 does not.
 	vms[0].Write(frame(0xff, 1, "who has"))
 	for i, want := range []bool{false, true, true} {
@@ -91,9 +79,9 @@ func unicast(dst, src byte, payload string) []byte {
 	return f
 }
 
-// learnedHub starts a hub with n VMs whose MACs it has learned: VM i
-// sends from source byte i+1.
-func learnedHub(t *testing.T, n int) (*Hub, []net.Conn) {
+// connectedHub starts a hub and connects n VMs to it, closed when the
+// test ends.
+func connectedHub(t *testing.T, n int) (*Hub, []net.Conn) {
 	h, err := StartHub(filepath.Join(t.TempDir(), "lan.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -111,12 +99,18 @@ func learnedHub(t *testing.T, n int) (*Hub, []net.Conn) {
 		ports := len(h.ports)
 		h.mu.Unlock()
 		if ports == n {
-			break
+			return h, vms
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d VMs connected", ports, n)
 		}
 	}
+}
+
+// learnedHub starts a hub with n VMs whose MACs it has learned: VM i
+// sends from source byte i+1.
+func learnedHub(t *testing.T, n int) (*Hub, []net.Conn) {
+	h, vms := connectedHub(t, n)
 	for i := range vms {
 		vms[i].Write(frame(0xff, byte(i+1), "hello"))
 		for j := range vms {

@@ -17,12 +17,21 @@ import (
 // one is closed, so tests that use it do not run in parallel.
 func New(t testing.TB, seed int64) *tpm.TPM {
 	t.Helper()
+	return tpm.New(Transport(t, seed))
+}
+
+// Transport returns the transport of a simulator whose seed is seed,
+// closed when t ends, for a test that sends the TPM commands of its own
+// (a PCR extend, as firmware does) or watches what it answers. As with
+// New, the simulator is one per process.
+func Transport(t testing.TB, seed int64) transport.TPMCloser {
+	t.Helper()
 	sim, err := simulator.GetWithFixedSeedInsecure(seed)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("starting the TPM simulator: %v", err)
 	}
 	t.Cleanup(func() { sim.Close() })
-	return tpm.New(transport.FromReadWriteCloser(sim))
+	return transport.FromReadWriteCloser(sim)
 }
 
 // BootState returns what a boot seals its keys to on tp: the values of

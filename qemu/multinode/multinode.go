@@ -41,6 +41,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -105,8 +106,6 @@ type Cluster struct {
 	CA          *x509.Certificate
 	CAFile      string
 	owner       tls.Certificate
-	// given are the host ports port gave out.
-	given map[int]bool
 }
 
 // Node is one VM of the cluster.
@@ -194,7 +193,7 @@ func Launch(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: opts, Hub: hub, owner: owner, CAFile: filepath.Join(opts.StateDir, "ca.pem"), given: map[int]bool{}}
+	c := &Cluster{opts: opts, Hub: hub, owner: owner, CAFile: filepath.Join(opts.StateDir, "ca.pem")}
 	if err := c.start(ctx); err != nil {
 		c.Kill()
 		return nil, err
@@ -217,7 +216,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		if err := json.Unmarshal(b, &st); err != nil {
 			return fmt.Errorf("%s: %w", c.statePath(), err)
 		}
-		return c.restart(ctx, st)
+		return c.restartAll(ctx, st)
 	}
 	return c.create(ctx)
 }
@@ -251,7 +250,8 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 	n := &Node{Index: i, ClientPort: port, PeerPort: peer, APIPort: api, LAN: LANAddr(i)}
 	n.opts = qemu.Options{
 		Image: disk, StateDir: filepath.Join(dir, "vm"), TPM: c.opts.TPM, MemoryMiB: c.opts.MemoryMiB,
-		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: peer, Guest: 2380}, {Host: api, Guest: nodeapi.Port}},
+		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: consensus.ClientPort}, {Host: peer, Guest: consensus.PeerPort},
+			{Host: api, Guest: nodeapi.Port}},
 		LAN:  &qemu.LAN{Hub: c.Hub.Path(), MAC: n.MAC()},
 		Logf: c.nodeLogf(i), VolatileCache: c.opts.VolatileCache, Control: c.opts.Control,
 	}
@@ -468,9 +468,9 @@ func (c *Cluster) WaitRunning(n *Node) error {
 	return nil
 }
 
-// restart boots every node of a cluster launched before and waits until
-// all run.
-func (c *Cluster) restart(ctx context.Context, st state) error {
+// restartAll boots every node of a cluster launched before and waits
+// until all run.
+func (c *Cluster) restartAll(ctx context.Context, st state) error {
 	if err := c.loadCA(st.Fingerprint); err != nil {
 		return err
 	}
@@ -611,26 +611,21 @@ func (c *Cluster) PowerOff(timeout time.Duration) error {
 }
 
 // port is node i's port from ports, or, where that has none, a free one
-// that the cluster has not given out before: the kernel may hand the
-// same free port to two requests in a row once the first has closed it,
-// and two forwards of one port make QEMU fail to start.
+// (qemu.FreePort) that the options do not name.
 func (c *Cluster) port(ports []int, i int) (int, error) {
 	if i < len(ports) && ports[i] != 0 {
 		return ports[i], nil
 	}
 	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := qemu.FreePort()
 		if err != nil {
 			return 0, err
 		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !c.given[p] && !slices.Contains(c.opts.ClientPorts, p) && !slices.Contains(c.opts.APIPorts, p) {
-			c.given[p] = true
+		if !slices.Contains(c.opts.ClientPorts, p) && !slices.Contains(c.opts.APIPorts, p) {
 			return p, nil
 		}
 	}
-	return 0, errors.New("no free port on 127.0.0.1 that the cluster has not given out")
+	return 0, errors.New("no free port on 127.0.0.1 that the cluster's options do not name")
 }
 
 // copySparse copies a disk image, keeping its holes.
