@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -15,12 +14,9 @@ import (
 
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/clusterkey"
-	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/hardware"
-	"github.com/borough-os/borough/internal/kmsg"
-	"github.com/borough-os/borough/internal/logtree"
 	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pid1"
@@ -28,60 +24,11 @@ import (
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/timeline"
+	"github.com/borough-os/borough/internal/update"
+	"github.com/borough-os/borough/internal/updater"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/nodepb"
 )
-
-// The log tree's and journal's bounds: 2048 lines or 256 KiB of text a
-// service in memory (make bench: under 1 MiB a service, full), and 8 MiB
-// × 5 boots on the data volume.
-const (
-	logsPerService = 2048
-	logBytes       = 256 << 10
-	journalBoots   = 5
-	journalBytes   = 8 << 20
-)
-
-// logs is the node's log: the tree in memory and the journal of the
-// last boots.
-type logs struct {
-	tree    *logtree.Tree
-	journal *logtree.Journal
-}
-
-func newLogs() *logs {
-	return &logs{
-		tree:    logtree.New(logsPerService, logBytes),
-		journal: &logtree.Journal{Dir: filepath.Join(storage.DataRoot, "borough", "logs"), Keep: journalBoots, MaxBytes: journalBytes},
-	}
-}
-
-// sink feeds the console handler's records, debug and up, to the tree.
-func (l *logs) sink(r console.Record) {
-	service := r.Service
-	if service == "" {
-		service = "node"
-	}
-	l.tree.Append(logtree.Entry{Time: r.Time, SinceBoot: r.SinceBoot, Service: service, Level: r.Level, Text: r.Text})
-}
-
-// kernel feeds the kernel's log to the tree.
-func (l *logs) kernel() supervisor.Service {
-	return supervisor.Service{Name: "kernel-log", Run: func(ctx context.Context) error {
-		boot := time.Now().Add(-timeline.SinceBoot())
-		return kmsg.Follow(ctx, kmsg.Path, func(r kmsg.Record) {
-			l.tree.Append(logtree.Entry{Time: boot.Add(r.SinceBoot), SinceBoot: r.SinceBoot, Service: "kernel",
-				Level: r.Level, Text: r.Text})
-		})
-	}}
-}
-
-// journalService writes this boot's log to the data volume, once mounted.
-func (l *logs) journalService() supervisor.Service {
-	return supervisor.Service{Name: "journal", Run: func(ctx context.Context) error {
-		return l.journal.Run(ctx, l.tree)
-	}}
-}
 
 // apiParts are what the node API acts on.
 type apiParts struct {
@@ -138,7 +85,12 @@ func apiService(p apiParts) supervisor.Service {
 			return info
 		},
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
-			return about.updates.install(req, owner())
+			rec, err := about.updates.Install(update.Update{BootBinary: req.GetBootBinary(), Payload: req.GetPayload(),
+				Release: req.GetRelease()}, owner())
+			if err != nil {
+				return nil, err
+			}
+			return &nodepb.UpdateResponse{Slot: string(rec.Slot), Version: rec.NewVersion}, nil
 		},
 		Reset: func(force bool) error {
 			switch st := mgr.Status(); {
@@ -194,7 +146,7 @@ type about struct {
 	hw       hardware.Report
 	timeline *timeline.Timeline
 	tpm      bool
-	updates  *updater
+	updates  *updater.Updater
 }
 
 func (a about) info(st cluster.Status, enrolled string) *nodepb.Info {
@@ -203,7 +155,7 @@ func (a about) info(st cluster.Status, enrolled string) *nodepb.Info {
 		cl = enrolled
 	}
 	info := &nodepb.Info{
-		Version: a.updates.running.Version, BootSlot: string(a.updates.running.Slot), Update: a.updates.describe(),
+		Version: a.updates.Running().Version, BootSlot: string(a.updates.Running().Slot), Update: a.updates.Describe(),
 		State: string(st.State), Failure: st.Failure, Cluster: cl, Member: st.Member,
 		UptimeNanos: int64(timeline.SinceBoot()), Tpm: a.tpm, SecureBoot: secureBootState(),
 		UnixNano: time.Now().UnixNano(),

@@ -27,6 +27,7 @@ import (
 	"github.com/borough-os/borough/internal/timeline"
 	"github.com/borough-os/borough/internal/timesync"
 	"github.com/borough-os/borough/internal/tpm"
+	"github.com/borough-os/borough/internal/updater"
 )
 
 // bootEnv is what bringUp works with.
@@ -38,42 +39,58 @@ type bootEnv struct {
 	hw       hardware.Report
 	timeline *timeline.Timeline
 	logs     *logs
-	updates  *updater
+	updates  *updater.Updater
 	// requests takes the node API's reboot and power-off requests.
 	requests chan<- int
+}
+
+// brought is what a bring-up that was not fatal leaves the node to run.
+type brought struct {
+	// services are the node's services: all of them once it is up; the
+	// network and the node API after a failure with the network up, so
+	// that the owner can read why; none after a failure before it.
+	services []supervisor.Service
+	// failure is why the node failed, nil if it is up.
+	failure error
 }
 
 // bringUp reads the enrolment config, brings up the network, checks a
 // join ticket with the cluster, mounts the data volume, and returns the
 // node's services. A bad enrolment config, network or ticket puts the
-// node in Failed before the data partition is touched: it then runs only
-// the network and the node API, so that the owner can read why. An error
-// is fatal.
-func bringUp(b bootEnv) ([]supervisor.Service, error) {
-	log, params, st, t, hw, tl := b.log, b.params, b.st, b.tpm, b.hw, b.timeline
-	mgr := cluster.New(log)
+// node in Failed before the data partition is touched. An error is
+// fatal.
+func bringUp(b bootEnv) (brought, error) {
+	mgr := cluster.New(b.log)
 	exposeToRogue(mgr)
+	out, err := bringUpWith(b, mgr)
+	if err == nil && out.failure != nil {
+		mgr.Fail(out.failure)
+	}
+	return out, err
+}
+
+// bringUpWith is bringUp with its cluster manager.
+func bringUpWith(b bootEnv, mgr *cluster.Manager) (brought, error) {
+	log, params, st, t, hw, tl := b.log, b.params, b.st, b.tpm, b.hw, b.timeline
 	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {
-		mgr.Fail(err)
-		return nil, nil
+		return brought{failure: err}, nil
 	}
 	logEnrolment(log, enrol)
 	ctx := context.Background()
-	policy, sealer, ledger, err := openSeals(log, t, enrol, b.updates)
+	policy, book, ledger, err := openSeals(log, t, enrol, b.updates)
 	if err != nil {
-		return nil, err
+		return brought{}, err
 	}
 	settings, err := netconfig.Load(log.With(console.ServiceKey, "network"), ledger, enrol)
 	if err != nil {
-		return nil, err
+		return brought{}, err
 	}
 	net, err := network.Up(ctx, log.With(console.ServiceKey, "network"), settings.Interfaces,
 		&network.Leases{Path: esp.DHCPLeases.In(storage.ESPRoot)})
 	if err != nil {
-		mgr.Fail(fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw)))
 		rollBackIfTrial(log, settings, b.requests)
-		return nil, nil
+		return brought{failure: fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw))}, nil
 	}
 	tl.Mark(timeline.Network)
 	go settings.Watch(ctx, log.With(console.ServiceKey, "network"), netconfig.Window, mgr.Healthy,
@@ -87,9 +104,8 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		network: settings.Propose, fresh: st.Fresh(), mounted: &mounted})
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}, api}
 	if enrol.AwaitsConfig {
-		mgr.Fail(errors.New("reset by its owner, " + enrol.OwnerName() + ": waiting for an enrolment config " +
-			"(borough node enrol, or in fw_cfg or on the ESP)"))
-		return failed, nil
+		return brought{services: failed, failure: errors.New("reset by its owner, " + enrol.OwnerName() +
+			": waiting for an enrolment config (borough node enrol, or in fw_cfg or on the ESP)")}, nil
 	}
 	ntpServers := settings.NTPServers
 	if len(ntpServers) == 0 {
@@ -99,15 +115,13 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	timesync.Once(log.With(console.ServiceKey, "time"), ntpServers)
 	if st.Fresh() {
 		if err := enrol.CheckClock(time.Now()); err != nil {
-			mgr.Fail(fmt.Errorf("enrolment config from %s: %w", enrol.Source, err))
-			return failed, nil
+			return brought{services: failed, failure: fmt.Errorf("enrolment config from %s: %w", enrol.Source, err)}, nil
 		}
 	}
 	if err := mgr.Preflight(ctx, storage.ESPRoot, enrol); err != nil {
-		mgr.Fail(err)
-		return failed, nil
+		return brought{services: failed, failure: err}, nil
 	}
-	keys := clusterKeys(ctx, log, sealer, ledger, policy, net.IP)
+	keys := clusterKeys(ctx, log, book, ledger, policy, net.IP)
 	keys.GiveUp = settings.Expired()
 	keys.WhileLocked = func(ctx context.Context) {
 		log.Info("serving the node API while the data volume is locked: its owner can unlock it (borough node unlock)")
@@ -118,27 +132,27 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 	locked.Store(keys)
 	if err := st.MountData(storage.Config{
 		TPM:         t,
-		Seals:       sealer.Book,
+		Seals:       book,
 		Policy:      policy,
 		ClusterKeys: keys,
 		LocalKey:    keys.SetLocalKey,
 		Pause:       pauseHook(log, params, "storage"),
 	}); err != nil {
-		return nil, err
+		return brought{}, err
 	}
 	tl.Mark(timeline.Storage)
 	mounted.Store(true)
 	if enrol, err = confirmEnrolment(log, enrol, policy); err != nil {
-		return nil, err
+		return brought{}, err
 	}
 	if err := ledger.Confirm(storage.DataRoot); err != nil {
-		return nil, fmt.Errorf("checking the ESP ledger's key against the data volume: %w", err)
+		return brought{}, fmt.Errorf("checking the ESP ledger's key against the data volume: %w", err)
 	}
 	current.Store(enrol)
 	keys.OwnerRecovery = enrol.OwnerRecovery
-	b.updates.settleLeftovers()
+	b.updates.SettleLeftovers()
 	if err := testMarker(log, params); err != nil {
-		return nil, err
+		return brought{}, err
 	}
 	mgr.Configure(cluster.Config{
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
@@ -151,10 +165,10 @@ func bringUp(b bootEnv) ([]supervisor.Service, error) {
 		}},
 		supervisor.Service{Name: "cluster", Run: mgr.Run},
 	)
-	if confirm := b.updates.confirmService(mgr); confirm != nil {
+	if confirm := b.updates.ConfirmService(mgr); confirm != nil {
 		services = append(services, *confirm)
 	}
-	return services, nil
+	return brought{services: services}, nil
 }
 
 // rollBackIfTrial reboots a node whose network failed on a trial of the
@@ -170,7 +184,7 @@ func rollBackIfTrial(log *slog.Logger, s *netconfig.Settings, requests chan<- in
 // and what seals them to its TPM (package seals), and opens the ESP's
 // ledger (package espledger), which authenticates the node's own state on
 // the ESP, its network settings among it: both before the network.
-func openSeals(log *slog.Logger, t *tpm.TPM, enrol *enrolment.Enrolment, updates *updater) (keyfile.TPMPolicy, *seals.Sealer, *espledger.Ledger, error) {
+func openSeals(log *slog.Logger, t *tpm.TPM, enrol *enrolment.Enrolment, updates *updater.Updater) (keyfile.TPMPolicy, *seals.Book, *espledger.Ledger, error) {
 	policy := enrol.StoragePolicy
 	if enrol.Provisional() {
 		policy = storage.KeyPolicy(storage.ESPRoot, policy)
@@ -179,11 +193,10 @@ func openSeals(log *slog.Logger, t *tpm.TPM, enrol *enrolment.Enrolment, updates
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	updates.useSeals(book)
-	sealer := &seals.Sealer{Book: book}
-	ledger := openLedger(log, sealer)
-	updates.useLedger(ledger)
-	return policy, sealer, ledger, nil
+	updates.UseSeals(book)
+	ledger := openLedger(log, book)
+	updates.UseLedger(ledger)
+	return policy, book, ledger, nil
 }
 
 // confirmEnrolment matches the enrolment record Load read from the ESP to
@@ -221,7 +234,7 @@ func logEnrolment(log *slog.Logger, e *enrolment.Enrolment) {
 		log.Info("no enrolment config: the node was reset by its owner, and waits for one from it", "owner", e.OwnerName())
 		return
 	}
-	if e.Source == "none" {
+	if e.Unconfigured() {
 		log.Warn("no enrolment config (fw_cfg or ESP): bootstrapping cluster " + e.ClusterName +
 			" with NO OWNER; only this node's local clients can reach it")
 		return
@@ -270,13 +283,13 @@ func sealBook(log *slog.Logger, t *tpm.TPM, policy keyfile.TPMPolicy) (*seals.Bo
 // openLedger opens the ledger that authenticates the node's state on its
 // ESP (package espledger); without a TPM in use, one that checks nothing,
 // and the node says so.
-func openLedger(log *slog.Logger, sealer *seals.Sealer) *espledger.Ledger {
-	if sealer.Book == nil {
+func openLedger(log *slog.Logger, book *seals.Book) *espledger.Ledger {
+	if book == nil {
 		log.Warn("no TPM in use: nothing on the ESP can be authenticated; whoever can write the disk while the " +
 			"machine is off can change the CA, CRL and peers this node trusts before its data volume opens")
 		return espledger.Unauthenticated(storage.ESPRoot)
 	}
-	l, err := espledger.Open(storage.ESPRoot, sealer, log)
+	l, err := espledger.Open(storage.ESPRoot, book, log)
 	if err != nil {
 		log.Error("refusing every file the ESP's ledger covers", "err", err)
 		return espledger.Refusing(storage.ESPRoot, err)
@@ -289,15 +302,15 @@ func openLedger(log *slog.Logger, sealer *seals.Sealer) *espledger.Ledger {
 
 // clusterKeys returns the keeper of the node's cluster unlock key, which
 // has unsealed what it needs from the ESP and answers its peers' share
-// requests. sealer seals its keys (in clear without a TPM in use); ip is
+// requests. book seals its keys (nil: in clear, without a TPM in use); ip is
 // the node's address on this boot.
-func clusterKeys(ctx context.Context, log *slog.Logger, sealer *seals.Sealer, ledger *espledger.Ledger, policy keyfile.TPMPolicy, ip netip.Addr) *clusterkey.Keeper {
+func clusterKeys(ctx context.Context, log *slog.Logger, book *seals.Book, ledger *espledger.Ledger, policy keyfile.TPMPolicy, ip netip.Addr) *clusterkey.Keeper {
 	keys := &clusterkey.Keeper{
 		IP:      ip,
 		ESPRoot: storage.ESPRoot,
 		Ledger:  ledger,
-		Local:   storage.LocalEscrow(storage.ESPRoot, policy, sealer.Book),
-		Sealer:  sealer,
+		Local:   storage.LocalEscrow(storage.ESPRoot, policy, book),
+		Seals:   book,
 		Log:     log.With(console.ServiceKey, "unlock"),
 	}
 	keys.Boot(ctx)

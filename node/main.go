@@ -13,7 +13,7 @@
 // or Ctrl-Alt-Del as SIGINT, forwarded by process 1). It then stops the
 // services, unmounts storage, syncs, and exits with the code that tells
 // process 1 what to do. Which boot slot it runs, and whether this boot is
-// an update's try boot, is update.go's.
+// an update's try boot, is internal/updater's.
 package main
 
 import (
@@ -41,6 +41,7 @@ import (
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/timeline"
 	"github.com/borough-os/borough/internal/tpm"
+	"github.com/borough-os/borough/internal/updater"
 )
 
 // roleNode, the first argument, makes this binary the node process.
@@ -91,7 +92,7 @@ func node() int {
 	if err != nil {
 		return fatal(log, err)
 	}
-	updates := startUpdates(log.With(console.ServiceKey, "update"), st)
+	updates := updater.Start(log.With(console.ServiceKey, "update"), updater.NodePaths(storage.ESPRoot), st.Disk.ESPPartition)
 	if st.Fresh() {
 		if enrolled, err := secureboot.Enrol(storage.ESPRoot, efivar.Dir); err != nil {
 			return fatal(log, err)
@@ -113,12 +114,12 @@ func node() int {
 	}
 	seedEntropy(log.With(console.ServiceKey, "entropy"), t, tl)
 	requests := make(chan int, 1)
-	services, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
+	up, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
 		updates: updates, requests: requests})
 	if err := errors.Join(err, capPCRs(log, t)); err != nil {
 		return fatal(log, err)
 	}
-	return closeAndExit(log, st, run(log, params, st, requests, append(services, lg.kernel())))
+	return closeAndExit(log, st, run(log, params, st, requests, append(up.services, lg.kernel())))
 }
 
 // closeAndExit unmounts storage, syncs and returns code for process 1.

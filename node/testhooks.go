@@ -16,13 +16,13 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/efivar"
@@ -199,7 +199,7 @@ func testMarker(log *slog.Logger, params cmdline.Params) error {
 	if !ok {
 		return nil
 	}
-	path := filepath.Join(storage.DataRoot, "marker")
+	path := datavol.TestMarker.In(storage.DataRoot)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && value != "" {
 		f, err := os.Create(path)
 		if err != nil {

@@ -40,7 +40,7 @@ func (mg *Manager) reissueIfMoved() (string, error) {
 			return "", nil
 		}
 	}
-	ca, err := mg.localCA()
+	ca, err := f.LoadSigningCA()
 	if err != nil {
 		return "", fmt.Errorf("the node's address is now %s, not %v, and it cannot give itself a new certificate: %w",
 			mg.cfg.IP, cert.IPAddresses, err)
@@ -62,20 +62,6 @@ func (mg *Manager) reissueIfMoved() (string, error) {
 	}
 	mg.log.Warn("the node's address changed; gave it a new certificate", "was", fmt.Sprint(cert.IPAddresses[0]), "now", mg.cfg.IP)
 	return fresh.SerialNumber.Text(16), nil
-}
-
-// localCA reads the node's copy of the cluster CA.
-func (mg *Manager) localCA() (*pki.CA, error) {
-	f := mg.pkiFiles()
-	certPEM, err := os.ReadFile(f.CA())
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := os.ReadFile(f.CAKey())
-	if err != nil {
-		return nil, err
-	}
-	return pki.ParseCA(certPEM, keyPEM)
 }
 
 // announceMove tells the cluster the member's new peer URL and records the

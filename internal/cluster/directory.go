@@ -8,11 +8,11 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
@@ -33,7 +33,7 @@ type directory struct {
 }
 
 func (mg *Manager) dataDirectory() string {
-	return filepath.Join(mg.cfg.DataRoot, "borough", "members.json")
+	return datavol.MemberDirectory.In(mg.cfg.DataRoot)
 }
 
 // readDirectory reads the data volume's directory, else the ESP's, which

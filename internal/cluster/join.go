@@ -46,7 +46,7 @@ func (mg *Manager) Preflight(ctx context.Context, espRoot string, e *enrolment.E
 		return err
 	case rec != nil && rec.Phase == PhaseRemoved:
 		// Its peers would not give it its unlock key anyway.
-		return errRemoved(rec.Cluster)
+		return &consensus.RemovedError{Cluster: rec.Cluster}
 	case rec != nil || e.Ticket == nil:
 		return nil
 	}

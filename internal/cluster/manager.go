@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,6 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/consensus"
@@ -84,15 +83,15 @@ func (mg *Manager) mark(phase string) {
 
 // Manager is the cluster manager; it owns the node's state.
 type Manager struct {
-	log *slog.Logger
-	cfg Config
-	m   machine
+	log    *slog.Logger
+	cfg    Config
+	states stateMachine
 	// trustMu orders the writes of what the client port trusts: an owner
 	// hand-over and the owner's applications CA.
 	trustMu sync.Mutex
-	// names is the node's record once known, for Status, and client its
-	// member's client; both guarded by m.mu.
-	names  Record
+	// record is the node's record once known, for Status, and client its
+	// member's client; both guarded by states.mu.
+	record Record
 	client *clientv3.Client
 	// retimed says that Run has restarted the member with the cluster's
 	// raft timing (consensus.ErrRetime); only Run's goroutine uses it.
@@ -113,14 +112,14 @@ type Manager struct {
 // New returns a manager for a node in state New. log is the node's root
 // logger: transitions are node-level events.
 func New(log *slog.Logger) *Manager {
-	return &Manager{log: log, m: machine{state: StateNew, log: log}, backups: make(chan received),
+	return &Manager{log: log, states: stateMachine{state: StateNew, log: log}, backups: make(chan received),
 		recoverNow: make(chan struct{}, 1)}
 }
 
 // Fail puts the node in Failed for a reason found before Run, such as a
 // bad enrolment config.
 func (mg *Manager) Fail(reason error) {
-	mg.m.fail(reason)
+	mg.states.fail(reason)
 }
 
 // Configure gives the manager what Run needs, once storage and network
@@ -128,11 +127,11 @@ func (mg *Manager) Fail(reason error) {
 func (mg *Manager) Configure(cfg Config) { mg.cfg = cfg }
 
 func (mg *Manager) dataRecord() string {
-	return filepath.Join(mg.cfg.DataRoot, "borough", "node-state.json")
+	return datavol.NodeRecord.In(mg.cfg.DataRoot)
 }
-func (mg *Manager) etcdDir() string { return filepath.Join(mg.cfg.DataRoot, "etcd") }
+func (mg *Manager) etcdDir() string { return datavol.Etcd.In(mg.cfg.DataRoot) }
 func (mg *Manager) pkiFiles() consensus.Files {
-	return consensus.Files{Dir: filepath.Join(mg.cfg.DataRoot, "pki")}
+	return consensus.Files{Dir: datavol.PKI.In(mg.cfg.DataRoot)}
 }
 
 // Run brings the node into its cluster and runs the member and its join
@@ -146,7 +145,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		mg.m.fail(err)
+		mg.states.fail(err)
 		return nil
 	}
 	mg.started(rec, c.Client)
@@ -157,10 +156,10 @@ func (mg *Manager) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		mg.m.fail(err)
+		mg.states.fail(err)
 		return nil
 	}
-	mg.m.to(StateRunning)
+	mg.states.to(StateRunning)
 	mg.log.Info("node running", "cluster", rec.Cluster, "member", rec.Node,
 		"client", net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.ClientPort)), "role", role)
 	mg.mark(timeline.Running)
@@ -171,7 +170,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, consensus.ErrRemoved), errors.Is(err, errWasRemoved):
+	case errors.Is(err, consensus.ErrRemoved):
 		return mg.removed(rec)
 	}
 	return supervisor.Fatal(fmt.Errorf("the cluster member stopped: %w", err))
@@ -274,7 +273,7 @@ func (mg *Manager) spendTicket() {
 // removed records that the cluster removed the node and fails it for
 // good.
 func (mg *Manager) removed(rec *Record) error {
-	mg.m.fail(mg.recordRemoval(rec))
+	mg.states.fail(mg.recordRemoval(rec))
 	return nil
 }
 
@@ -285,15 +284,7 @@ func (mg *Manager) recordRemoval(rec *Record) error {
 	if err := mg.writeRecords(rec); err != nil {
 		mg.log.Warn("recording the removal", "err", err)
 	}
-	return errRemoved(rec.Cluster)
-}
-
-// errWasRemoved is wrapped by every error saying the cluster removed the
-// node.
-var errWasRemoved = errors.New("removed from cluster")
-
-func errRemoved(cluster string) error {
-	return fmt.Errorf("%w %s", errWasRemoved, cluster)
+	return &consensus.RemovedError{Cluster: rec.Cluster}
 }
 
 func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, error) {
@@ -313,7 +304,7 @@ func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, er
 	if d.Next == StateFailed {
 		return nil, nil, d.Reason
 	}
-	mg.m.to(d.Next)
+	mg.states.to(d.Next)
 	switch d.Next {
 	case StateRestarting:
 		c, err := mg.restart(ctx, d.Record)
@@ -406,11 +397,7 @@ func (mg *Manager) ips() []net.IP {
 
 // caFingerprint reads the CA file's fingerprint, for the log.
 func (mg *Manager) caFingerprint() string {
-	b, err := os.ReadFile(mg.pkiFiles().CA())
-	if err != nil {
-		return "unknown"
-	}
-	ca, err := pki.ParseCertPEM(b)
+	ca, err := mg.pkiFiles().LoadCA()
 	if err != nil {
 		return "unknown"
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -146,7 +147,7 @@ func decide(esp, data *Record, espDamaged, freshData, joining bool) Decision {
 		if r == nil || r.Phase != PhaseRemoved {
 			r = data
 		}
-		return Decision{Next: StateFailed, Reason: errRemoved(r.Cluster)}
+		return Decision{Next: StateFailed, Reason: &consensus.RemovedError{Cluster: r.Cluster}}
 	case esp == nil && data == nil && joining:
 		return Decision{Next: StateJoining}
 	case esp == nil && data == nil:

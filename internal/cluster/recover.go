@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
 )
@@ -39,7 +39,7 @@ type recovery struct {
 }
 
 func (mg *Manager) recoveryFile() string {
-	return filepath.Join(mg.cfg.DataRoot, "borough", "recovery.json")
+	return datavol.Recovery.In(mg.cfg.DataRoot)
 }
 
 // readRecovery returns the recorded request, nil if there is none.

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -62,7 +61,7 @@ func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Con
 	for errors.Is(err, errRecovering) {
 		c, err = mg.startOrRemoved(ctx, rec)
 	}
-	if errors.Is(err, errWasRemoved) {
+	if errors.Is(err, consensus.ErrRemoved) {
 		return nil, mg.recordRemoval(rec)
 	}
 	if err == nil && c.Removed() {
@@ -109,7 +108,7 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *Record) (*consensus.
 			// etcd also stops when a peer tells it it was removed.
 			if r.err != nil {
 				if removed, err := mg.askStatus(ctx, rec.Node); err == nil && removed {
-					return nil, errRemoved(rec.Cluster)
+					return nil, &consensus.RemovedError{Cluster: rec.Cluster}
 				}
 			}
 			return r.c, r.err
@@ -126,7 +125,7 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *Record) (*consensus.
 			if r := <-done; r.c != nil {
 				r.c.Close()
 			}
-			return nil, errRemoved(rec.Cluster)
+			return nil, &consensus.RemovedError{Cluster: rec.Cluster}
 		}
 		mg.log.Info("etcd is not ready yet; the peers still count this node as a member")
 	}
@@ -173,7 +172,7 @@ func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
 		return false, err
 	}
 	f := mg.pkiFiles()
-	cert, err := tls.LoadX509KeyPair(f.Cert(), f.Key())
+	cert, err := f.LoadIdentity()
 	if err != nil {
 		return false, err
 	}
@@ -185,7 +184,7 @@ func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return join.Status(ctx, endpoints, ca, owner, cert)
+	return join.Status(ctx, endpoints, ca, owner, *cert)
 }
 
 // statusEndpoints are the join endpoints of the member directory's peers,

@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/internal/backup"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/enrolment"
@@ -139,7 +140,7 @@ func (mg *Manager) ReceiveBackup(ctx context.Context, r io.Reader) (backup.Meta,
 	}
 	defer mg.receiving.Unlock()
 	want := mg.cfg.Enrolment.Restore
-	path := filepath.Join(mg.cfg.DataRoot, "borough", "restore.snapshot")
+	path := datavol.RestoreSnapshot.In(mg.cfg.DataRoot)
 	meta, err := mg.readBackup(r, path, want)
 	if err == nil {
 		err = checkBackup(meta, mg.cfg.Enrolment)

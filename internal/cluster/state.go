@@ -28,8 +28,8 @@ var transitions = map[State][]State{
 	StateRunning:         {StateFailed},
 }
 
-// machine holds the node's state and logs every transition.
-type machine struct {
+// stateMachine holds the node's state and logs every transition.
+type stateMachine struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -38,7 +38,7 @@ type machine struct {
 }
 
 // current returns the state and, in Failed, the reason.
-func (m *machine) current() (State, string) {
+func (m *stateMachine) current() (State, string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.state, m.failure
@@ -46,7 +46,7 @@ func (m *machine) current() (State, string) {
 
 // to moves to next, logging "state A -> B". A transition the diagram does
 // not allow is a programming error.
-func (m *machine) to(next State) {
+func (m *stateMachine) to(next State) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range transitions[m.state] {
@@ -62,7 +62,7 @@ func (m *machine) to(next State) {
 // fail moves to Failed and logs the reason, as "node failed: <reason>"
 // (at info level, so that the line reads exactly so; the transition
 // before it says the node failed).
-func (m *machine) fail(reason error) {
+func (m *stateMachine) fail(reason error) {
 	if state, _ := m.current(); state != StateFailed {
 		m.to(StateFailed)
 	}

@@ -24,18 +24,18 @@ type Status struct {
 
 // Status returns the node's state and, once known, its names.
 func (mg *Manager) Status() Status {
-	state, failure := mg.m.current()
-	mg.m.mu.Lock()
-	defer mg.m.mu.Unlock()
-	return Status{State: state, Failure: failure, Cluster: mg.names.Cluster, Member: mg.names.Node}
+	state, failure := mg.states.current()
+	mg.states.mu.Lock()
+	defer mg.states.mu.Unlock()
+	return Status{State: state, Failure: failure, Cluster: mg.record.Cluster, Member: mg.record.Node}
 }
 
 // started records the node's names for Status and its member's client
 // for Healthy.
 func (mg *Manager) started(rec *Record, c *clientv3.Client) {
-	mg.m.mu.Lock()
-	defer mg.m.mu.Unlock()
-	mg.names = *rec
+	mg.states.mu.Lock()
+	defer mg.states.mu.Unlock()
+	mg.record = *rec
 	mg.client = c
 }
 
@@ -43,8 +43,8 @@ func (mg *Manager) started(rec *Record, c *clientv3.Client) {
 // the test build's rogue-member hook (node/rogue.go) acts through, as a
 // member compromised while running would.
 func (mg *Manager) Client() *clientv3.Client {
-	mg.m.mu.Lock()
-	defer mg.m.mu.Unlock()
+	mg.states.mu.Lock()
+	defer mg.states.mu.Unlock()
 	return mg.client
 }
 
@@ -52,7 +52,7 @@ func (mg *Manager) Client() *clientv3.Client {
 // cluster: a linearizable read, which takes a quorum. It is what an
 // update's try boot waits for before it confirms itself.
 func (mg *Manager) Healthy(ctx context.Context) error {
-	state, _ := mg.m.current()
+	state, _ := mg.states.current()
 	c := mg.Client()
 	if state != StateRunning || c == nil {
 		return fmt.Errorf("the node is %s, not Running", state)
@@ -102,18 +102,12 @@ func (mg *Manager) Identity() (*tls.Certificate, error) {
 	if mg.cfg.DataRoot == "" {
 		return nil, ErrNoIdentity
 	}
-	files := mg.pkiFiles()
-	cert, err := tls.LoadX509KeyPair(files.Cert(), files.Key())
+	cert, err := mg.pkiFiles().LoadIdentity()
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNoIdentity
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the node's certificate: %w", err)
 	}
-	ca, err := files.LoadCA()
-	if err != nil {
-		return nil, fmt.Errorf("the cluster CA: %w", err)
-	}
-	cert.Certificate = append(cert.Certificate, ca.Raw)
-	return &cert, nil
+	return cert, nil
 }

@@ -44,9 +44,10 @@ type Keeper struct {
 	// (peerAddresses).
 	Ledger *espledger.Ledger
 	// Local keeps the CUK sealed on the ESP.
-	Local  storage.Escrow
-	Sealer *seals.Sealer
-	Log    *slog.Logger
+	Local storage.Escrow
+	// Seals seals the node's keys to its TPM; nil keeps them in clear.
+	Seals *seals.Book
+	Log   *slog.Logger
 	// OwnerRecovery makes Maintain seal the node's unlock keys to the
 	// cluster owner's key, when there is an owner.
 	OwnerRecovery bool
@@ -115,7 +116,7 @@ func (k *Keeper) Boot(ctx context.Context) {
 	case err != nil:
 		k.Log.Warn("reading the escrow key", "err", err)
 	default:
-		if k.escrowKey, err = k.Sealer.Unseal(esp.EscrowKey.In(k.ESPRoot), b); err != nil {
+		if k.escrowKey, err = k.Seals.UnsealFile(esp.EscrowKey.In(k.ESPRoot), b); err != nil {
 			k.Log.Warn("not answering share requests: unsealing the escrow key", "err", err)
 			k.escrowKey = nil
 		}
@@ -158,7 +159,7 @@ func (k *Keeper) readIdentity() (*unlock.Identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := k.Sealer.Unseal(esp.UnlockKey.In(k.ESPRoot), sealed)
+	raw, err := k.Seals.UnsealFile(esp.UnlockKey.In(k.ESPRoot), sealed)
 	if err != nil {
 		return nil, fmt.Errorf("unsealing %s: %w", esp.UnlockKey, err)
 	}

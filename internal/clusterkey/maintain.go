@@ -141,7 +141,7 @@ func (k *Keeper) syncIdentity(files consensus.Files) error {
 		if err != nil {
 			return err
 		}
-		sealed, err := k.Sealer.Seal(esp.UnlockKey.In(k.ESPRoot), raw)
+		sealed, err := k.Seals.Seal(esp.UnlockKey.In(k.ESPRoot), raw)
 		clear(raw)
 		if err != nil {
 			return err
@@ -174,11 +174,7 @@ func (k *Keeper) setIdentity(certPEM []byte, key *ecdsa.PrivateKey, files consen
 	if err != nil {
 		return
 	}
-	caPEM, err := os.ReadFile(files.CA())
-	if err != nil {
-		return
-	}
-	ca, err := pki.ParseCertPEM(caPEM)
+	ca, err := files.LoadCA()
 	if err != nil {
 		return
 	}
@@ -193,11 +189,7 @@ func (k *Keeper) loadCRL(files consensus.Files) error {
 	if err != nil {
 		return err
 	}
-	caPEM, err := os.ReadFile(files.CA())
-	if err != nil {
-		return err
-	}
-	ca, err := pki.ParseCertPEM(caPEM)
+	ca, err := files.LoadCA()
 	if err != nil {
 		return err
 	}
@@ -216,7 +208,7 @@ func (k *Keeper) ensureEscrowKey() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		sealed, err := k.Sealer.Seal(esp.EscrowKey.In(k.ESPRoot), priv)
+		sealed, err := k.Seals.Seal(esp.EscrowKey.In(k.ESPRoot), priv)
 		if err != nil {
 			return nil, fmt.Errorf("sealing the escrow key: %w", err)
 		}
@@ -308,7 +300,7 @@ func (k *Keeper) reconcile(ctx context.Context, b escrow.Binding, threshold int,
 	if err := k.Ledger.Write(map[esp.File][]byte{esp.CUKEscrow: j}); err != nil {
 		return err
 	}
-	if err := k.Sealer.Drop(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil {
+	if err := k.Seals.Retire(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil {
 		return fmt.Errorf("retiring %s: %w", esp.ClusterKeyEscrow, err)
 	}
 	if err := atomicfile.Erase(esp.ClusterKeyEscrow.In(k.ESPRoot)); err != nil {

@@ -30,7 +30,7 @@ func TestOldSealedKeyPutBack(t *testing.T) {
 		book := &seals.Book{TPM: tp, BootPCRs: pcrs, Epoch: epoch}
 		var log bytes.Buffer
 		return &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Local: storage.LocalEscrow(root, keyfile.TPMRequired, book),
-			Sealer: &seals.Sealer{Book: book}, Log: slog.New(slog.NewTextHandler(&log, nil))}, &log
+			Seals: book, Log: slog.New(slog.NewTextHandler(&log, nil))}, &log
 	}
 
 	k, _ := boot()
@@ -51,7 +51,7 @@ func TestOldSealedKeyPutBack(t *testing.T) {
 	if err := os.WriteFile(esp.CUKEscrow.In(root), []byte(`{"version":1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.Sealer.Drop(sealed); err != nil {
+	if err := k.Seals.Retire(sealed); err != nil {
 		t.Fatal(err)
 	}
 	os.Remove(sealed)

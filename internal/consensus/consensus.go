@@ -11,8 +11,7 @@
 // another local process to reach, and none for etcd to set up. A unix
 // socket listener made etcd build a second gRPC and HTTP server at
 // every start, and the node's gRPC client over it was more cold code to
-// run before the first request; under TCG, etcd's start to "ready" on a
-// restart went from 0.68 s to 0.49 s without them (medians of 4). The
+// run before the first request (docs/decisions.md, "etcd's start"). The
 // in-process client has no gRPC interceptors. Nothing retries a request
 // for it, so whatever may fail while there is no leader is retried by
 // its caller: the cluster manager's retry, the join server's 503 (the
@@ -293,8 +292,28 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 func (c *Consensus) ClusterID() uint64 { return uint64(c.etcd.Server.Cluster().ID()) }
 func (c *Consensus) MemberID() uint64  { return uint64(c.etcd.Server.MemberID()) }
 
-// ErrRemoved says the cluster removed this member.
-var ErrRemoved = errors.New("the cluster removed this member")
+// RemovedError says that the cluster removed this member.
+type RemovedError struct {
+	// Cluster names the cluster, where the one saying so knows it.
+	Cluster string
+}
+
+func (e *RemovedError) Error() string {
+	if e.Cluster == "" {
+		return "the cluster removed this member"
+	}
+	return "removed from cluster " + e.Cluster
+}
+
+// Is makes every RemovedError match ErrRemoved (errors.Is).
+func (e *RemovedError) Is(target error) bool {
+	_, ok := target.(*RemovedError)
+	return ok
+}
+
+// ErrRemoved is the RemovedError of etcd, which does not say the
+// cluster's name; errors.Is(err, ErrRemoved) matches any RemovedError.
+var ErrRemoved = &RemovedError{}
 
 // Run keeps the CRL file current, promotes learners and turns etcd
 // authentication on (auth.go) until ctx ends or etcd stops, then closes

@@ -3,6 +3,7 @@ package consensus
 import (
 	"bytes"
 	"crypto"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -45,6 +46,31 @@ func (f Files) LoadCert() (*x509.Certificate, error) { return pki.ReadCertPEM(f.
 
 // LoadCA reads the cluster CA's certificate.
 func (f Files) LoadCA() (*x509.Certificate, error) { return pki.ReadCertPEM(f.CA()) }
+
+// LoadIdentity reads the node's certificate and key as the node presents
+// them: the certificate file holds the CA's certificate after the node's
+// (Write), so the chain is whole.
+func (f Files) LoadIdentity() (*tls.Certificate, error) {
+	cert, err := tls.LoadX509KeyPair(f.Cert(), f.Key())
+	if err != nil {
+		return nil, err
+	}
+	return &cert, nil
+}
+
+// LoadSigningCA reads the node's copy of the cluster CA with its key
+// (CAKey), with which the node gives itself a certificate.
+func (f Files) LoadSigningCA() (*pki.CA, error) {
+	certPEM, err := os.ReadFile(f.CA())
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(f.CAKey())
+	if err != nil {
+		return nil, err
+	}
+	return pki.ParseCA(certPEM, keyPEM)
+}
 
 // CAKey is the node's copy of the cluster CA's key, with which it gives
 // itself a new certificate when its address changed while it was down

@@ -94,13 +94,9 @@ func (c *Consensus) writeCRL(der []byte) error {
 // checkCRL checks a new CRL against the CA, the current CRL file and the
 // owner's revocations.
 func (c *Consensus) checkCRL(der []byte) error {
-	caPEM, err := os.ReadFile(c.cfg.PKI.CA())
+	ca, err := c.cfg.PKI.LoadCA()
 	if err != nil {
 		return err
-	}
-	ca, err := pki.ParseCertPEM(caPEM)
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.cfg.PKI.CA(), err)
 	}
 	var current *x509.RevocationList
 	if b, err := os.ReadFile(c.cfg.PKI.CRL()); err == nil {

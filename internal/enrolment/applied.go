@@ -12,19 +12,12 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
-
-// DataRecord is where the data volume keeps the config the node applied
-// on its first boot, relative to the volume's root. It is the record that
-// counts: the ESP's copy (esp.AppliedEnrolment) is what the node can read
-// before the volume opens, and anyone who can write the disk while the
-// machine is off can rewrite it; the data volume they cannot write
-// without both unlock keys.
-const DataRecord = "borough/enrolment-applied.pb"
 
 // Load returns the node's enrolment config.
 //
@@ -112,7 +105,7 @@ func (e *Enrolment) Provisional() bool { return e.provisional }
 // first use, said in the log. A volume record that does not parse is an
 // error: the authentic record is lost, and the node must not guess.
 func Confirm(log *slog.Logger, e *Enrolment, espRoot, dataRoot string) (*Enrolment, error) {
-	path := filepath.Join(dataRoot, DataRecord)
+	path := datavol.AppliedEnrolment.In(dataRoot)
 	if !e.provisional {
 		if err := forgetResetOwner(espRoot); err != nil {
 			return nil, err

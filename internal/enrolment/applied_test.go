@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/pki"
@@ -73,7 +74,7 @@ func TestConfirm(t *testing.T) {
 			espRoot, dataRoot := t.TempDir(), t.TempDir()
 			write(t, espRoot, string(esp.AppliedEnrolment), tc.espRecord)
 			write(t, espRoot, string(esp.EnrolmentConfig), tc.config)
-			write(t, dataRoot, DataRecord, tc.dataRecord)
+			write(t, dataRoot, string(datavol.AppliedEnrolment), tc.dataRecord)
 			var log bytes.Buffer
 			lg := slog.New(slog.NewTextHandler(&log, nil))
 			e, err := Load(lg, espRoot, tc.fresh)
@@ -102,7 +103,7 @@ func TestConfirm(t *testing.T) {
 				t.Errorf("NTP servers %v, want the moved machine's %s", e.NTPServers, tc.ntp)
 			}
 			want := genuine
-			for _, f := range []string{esp.AppliedEnrolment.In(espRoot), filepath.Join(dataRoot, DataRecord)} {
+			for _, f := range []string{esp.AppliedEnrolment.In(espRoot), datavol.AppliedEnrolment.In(dataRoot)} {
 				if b := readFile(t, f); !bytes.Equal(b, want) {
 					t.Errorf("%s holds %d bytes after Confirm, want the genuine record's %d", f, len(b), len(want))
 				}

@@ -124,6 +124,12 @@ func fieldErr(field, format string, args ...any) error {
 // sourceNone is the source of the default config.
 const sourceNone = "none"
 
+// Unconfigured says that the node found no enrolment config (fw_cfg, the
+// ESP or the owner's node API) and e is the default: a cluster of its own
+// with no owner, or, after a reset, none until its owner sends a config
+// (AwaitsConfig).
+func (e *Enrolment) Unconfigured() bool { return e.Source == sourceNone }
+
 // read returns where the config comes from and its bytes: the one the
 // owner sent through the node API (the owner's latest word: it comes
 // before the machine's fw_cfg, which may still hold a config the node

@@ -435,6 +435,9 @@ func TestLoad(t *testing.T) {
 			if !strings.Contains(got, tc.want) {
 				t.Errorf("Load = %q, want %q", got, tc.want)
 			}
+			if err == nil && e.Unconfigured() != (tc.want == DefaultClusterName) {
+				t.Errorf("Load gave a config from %s: Unconfigured = %v", e.Source, e.Unconfigured())
+			}
 			if err == nil && e.Provisional() == tc.fresh {
 				t.Errorf("Load gave a provisional config: %v, want %v", e.Provisional(), !tc.fresh)
 			}

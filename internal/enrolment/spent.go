@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
@@ -93,7 +93,7 @@ func Spend(e *Enrolment, espRoot, dataRoot string) ([]string, error) {
 	}
 	var done []string
 	if changed {
-		for _, path := range []string{filepath.Join(dataRoot, DataRecord), esp.AppliedEnrolment.In(espRoot)} {
+		for _, path := range []string{datavol.AppliedEnrolment.In(dataRoot), esp.AppliedEnrolment.In(espRoot)} {
 			if err := writeRecord(path, spent); err != nil {
 				return done, err
 			}

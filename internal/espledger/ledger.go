@@ -46,10 +46,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 
+	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/seals"
@@ -90,7 +90,7 @@ type Ledger struct {
 	log     *slog.Logger
 	key     []byte
 	counter *tpm.TPM
-	sealer  *seals.Sealer
+	seals   *seals.Book
 
 	mu sync.Mutex
 	m  manifest
@@ -123,11 +123,11 @@ func Refusing(root string, why error) *Ledger {
 // power cut between defining the counter and writing the first ledger
 // refuses the files the node had, which only a node updated from a
 // Borough without a ledger has. Call it before the PCRs are capped.
-func Open(root string, s *seals.Sealer, log *slog.Logger) (*Ledger, error) {
-	if s.Book == nil {
+func Open(root string, book *seals.Book, log *slog.Logger) (*Ledger, error) {
+	if book == nil {
 		return nil, errors.New("opening the ESP ledger: no TPM in use")
 	}
-	l := &Ledger{root: root, log: log, counter: s.Book.TPM, sealer: s}
+	l := &Ledger{root: root, log: log, counter: book.TPM, seals: book}
 	if err := l.openKey(); err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func (l *Ledger) openKey() error {
 	path := esp.LedgerKey.In(l.root)
 	b, err := os.ReadFile(path)
 	if err == nil {
-		if l.key, err = l.sealer.Unseal(path, b); err != nil {
+		if l.key, err = l.seals.UnsealFile(path, b); err != nil {
 			return fmt.Errorf("unsealing the ESP ledger's key %s: %w", esp.LedgerKey, err)
 		}
 		return nil
@@ -184,7 +184,7 @@ func (l *Ledger) openKey() error {
 func (l *Ledger) newKey() error {
 	l.key = make([]byte, 32)
 	rand.Read(l.key)
-	sealed, err := l.sealer.Seal(esp.LedgerKey.In(l.root), l.key)
+	sealed, err := l.seals.Seal(esp.LedgerKey.In(l.root), l.key)
 	if err != nil {
 		return fmt.Errorf("sealing the ESP ledger's key: %w", err)
 	}
@@ -193,10 +193,6 @@ func (l *Ledger) newKey() error {
 	}
 	return nil
 }
-
-// DataRecord is where the data volume keeps the SHA-256 of the ledger's
-// key (Confirm).
-const DataRecord = "borough/ledger-key.sha256"
 
 // Confirm checks the ledger's key against the data volume mounted at
 // dataRoot, which nobody writes without both unlock keys, once it is
@@ -208,12 +204,12 @@ const DataRecord = "borough/ledger-key.sha256"
 // a new key, and refuses every covered file until the node writes it
 // again from the volume or its member.
 func (l *Ledger) Confirm(dataRoot string) error {
-	if l.sealer == nil {
+	if l.seals == nil {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	path := filepath.Join(dataRoot, DataRecord)
+	path := datavol.LedgerKey.In(dataRoot)
 	sum := sha256.Sum256(l.key)
 	want, err := os.ReadFile(path)
 	switch {

@@ -9,12 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-tpm-tools/simulator"
-	"github.com/google/go-tpm/tpm2/transport"
-
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/tpm"
+	"github.com/borough-os/borough/internal/tpmtest"
 )
 
 // node is one machine: a simulated TPM and an ESP directory.
@@ -25,18 +23,13 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	t.Helper()
-	sim, err := simulator.GetWithFixedSeedInsecure(7)
-	if err != nil {
-		t.Fatalf("starting the TPM simulator: %v", err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	return &node{root: t.TempDir(), tpm: tpm.New(transport.FromReadWriteCloser(sim))}
+	return &node{root: t.TempDir(), tpm: tpmtest.New(t, 7)}
 }
 
 // boot opens the ledger as a boot of the node does, with a new book.
 func (n *node) boot(t *testing.T) *Ledger {
 	t.Helper()
-	l, err := Open(n.root, &seals.Sealer{Book: &seals.Book{TPM: n.tpm, Epoch: mustEpoch(t, n.tpm)}}, slog.New(slog.DiscardHandler))
+	l, err := Open(n.root, &seals.Book{TPM: n.tpm, Epoch: mustEpoch(t, n.tpm)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -305,7 +298,7 @@ func TestConfirm(t *testing.T) {
 	}
 
 	theirs := &Ledger{key: []byte("a key of the attacker's, 32 byte")}
-	sealed, err := (&seals.Sealer{Book: &seals.Book{TPM: n.tpm, Epoch: mustEpoch(t, n.tpm)}}).Seal("", theirs.key)
+	sealed, err := (&seals.Book{TPM: n.tpm, Epoch: mustEpoch(t, n.tpm)}).Seal("", theirs.key)
 	if err != nil {
 		t.Fatal(err)
 	}

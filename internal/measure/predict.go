@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/google/go-attestation/attest"
 )
@@ -63,13 +62,4 @@ func Replay4(log, was, will []byte) ([]byte, error) {
 		return nil, ErrNotInLog
 	}
 	return pcr, nil
-}
-
-// ReadEventLog reads the firmware's event log.
-func ReadEventLog() ([]byte, error) {
-	b, err := os.ReadFile(EventLog)
-	if err != nil {
-		return nil, fmt.Errorf("reading the firmware's event log: %w", err)
-	}
-	return b, nil
 }

@@ -42,7 +42,7 @@ func (n *node) boot() *Settings {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	l, err := espledger.Open(n.root, &seals.Sealer{Book: &seals.Book{TPM: n.tpm, Epoch: epoch}}, slog.New(slog.DiscardHandler))
+	l, err := espledger.Open(n.root, &seals.Book{TPM: n.tpm, Epoch: epoch}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		n.t.Fatal(err)
 	}

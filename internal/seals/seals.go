@@ -51,7 +51,8 @@ import (
 
 // Book seals and unseals the node's key files and remembers their
 // secrets for the boot. Its zero value is not usable; set TPM and
-// BootPCRs.
+// BootPCRs. A nil Book is a node without a TPM in use: it keeps secrets
+// in clear key files.
 type Book struct {
 	TPM *tpm.TPM
 	// BootPCRs are this boot's PCR values from before they were capped;
@@ -78,8 +79,12 @@ func (b *Book) remember(path string, secret []byte) {
 }
 
 // Seal returns secret as a key file for path, sealed to this boot's PCR
-// values (and to a pending update's), and remembers it.
+// values (and to a pending update's), and remembers it; in clear for a
+// nil b.
 func (b *Book) Seal(path string, secret []byte) ([]byte, error) {
+	if b == nil {
+		return keyfile.File{Clear: secret}.Marshal()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f, err := b.seal(secret, b.next)
@@ -135,6 +140,24 @@ func (b *Book) Unseal(path string, f *keyfile.File) ([]byte, error) {
 	return secret, nil
 }
 
+// UnsealFile returns the secret in data, the key file at path, sealed or
+// in clear; a nil b unseals nothing. It works until the PCRs are capped.
+func (b *Book) UnsealFile(path string, data []byte) ([]byte, error) {
+	f, err := keyfile.Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !f.IsSealed() && len(f.Clear) == 0:
+		return nil, errors.New("the key file holds no key")
+	case !f.IsSealed():
+		return f.Clear, nil
+	case b == nil:
+		return nil, errors.New("the key is sealed to a TPM, and this node has none in use")
+	}
+	return b.Unseal(path, f)
+}
+
 // ErrParse says a key file's seal does not parse: it was not a TPM seal
 // this node reads.
 var ErrParse = errors.New("the sealed key does not parse")
@@ -183,9 +206,14 @@ func (b *Book) Pending() bool {
 }
 
 // Retire stops remembering the key file at path, which the caller erases
-// next, and advances the epoch: no copy of it put back unseals again. While an update is pending it refuses, remembering the file
-// still, so that the update seals it for the new boot binary too.
+// next, and advances the epoch: no copy of it put back unseals again.
+// While an update is pending it refuses, remembering the file still, so
+// that the update seals it for the new boot binary too. A nil b does
+// nothing: the file was in clear.
 func (b *Book) Retire(path string) error {
+	if b == nil {
+		return nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.next != nil {

@@ -11,12 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-tpm-tools/simulator"
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
 
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/tpm"
+	"github.com/borough-os/borough/internal/tpmtest"
 )
 
 // machine is a simulated TPM and its transport, for extending PCRs as a
@@ -28,12 +28,7 @@ type machine struct {
 
 func newMachine(t *testing.T) *machine {
 	t.Helper()
-	sim, err := simulator.GetWithFixedSeedInsecure(7)
-	if err != nil {
-		t.Fatalf("starting the TPM simulator: %v", err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	tr := transport.FromReadWriteCloser(sim)
+	tr := tpmtest.Transport(t, 7)
 	return &machine{tr: tr, tpm: tpm.New(tr)}
 }
 
@@ -243,19 +238,27 @@ func TestAdvance(t *testing.T) {
 	}
 }
 
-// TestSealerClear: without a TPM, secrets are kept in clear key files.
-func TestSealerClear(t *testing.T) {
-	s := &Sealer{}
+// TestNilBook: without a TPM, secrets are kept in clear key files.
+func TestNilBook(t *testing.T) {
+	var s *Book
 	secret := bytes.Repeat([]byte{7}, 32)
 	b, err := s.Seal("key", secret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Unseal("key", b)
+	got, err := s.UnsealFile("key", b)
 	if err != nil || !bytes.Equal(got, secret) {
-		t.Errorf("Unseal(Seal) = %x, %v", got, err)
+		t.Errorf("UnsealFile(Seal) = %x, %v", got, err)
 	}
-	if _, err := s.Unseal("key", []byte(`{"version":1,"sealed":{"version":2}}`)); err == nil || !strings.Contains(err.Error(), "sealed to a TPM") {
-		t.Errorf("Unseal of a sealed key without a TPM = %v", err)
+	for _, tc := range []struct{ name, file, err string }{
+		{"sealed", `{"version":1,"sealed":{"version":2}}`, "sealed to a TPM"},
+		{"empty", `{"version":1}`, "holds no key"},
+	} {
+		if _, err := s.UnsealFile("key", []byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("UnsealFile of a %s key file without a TPM = %v, want %q", tc.name, err, tc.err)
+		}
+	}
+	if err := s.Retire("key"); err != nil {
+		t.Errorf("Retire without a TPM = %v", err)
 	}
 }
