@@ -20,8 +20,8 @@ import (
 
 // payloadBlockSize is the squashfs block size of the node payload: the
 // unit the kernel reads and decompresses when the node touches a page of
-// it. Measured under TCG, from the payload's mount to the node's start:
-// 16 KiB 2.5-2.9 s, 64 KiB 2.0-2.3 s, 128 KiB 1.9-2.0 s, 1 MiB 2.1-2.5 s.
+// it. 128 KiB started the node soonest of 16 KiB to 1 MiB
+// (docs/decisions.md, "The node payload").
 const payloadBlockSize = 128 << 10
 
 // NodePayload writes the node payload's files (initramfs.Records) as an
@@ -36,20 +36,11 @@ const payloadBlockSize = 128 << 10
 // so it cannot write the shared libraries' links.
 //
 // LZ4 (high compression), not zstd: the kernel decompresses what the
-// node reads on every boot. Under TCG, reading the node binary took 1.27 s
-// from zstd blocks; LZ4 decompresses about four times as fast, for 15%
-// more bytes to read and hash.
-//
-// Squashfs, not EROFS, though Linux 6.1's squashfs copies each LZ4 block
-// into a buffer and out of another (a fifth of init's time under TCG).
-// An LZ4 EROFS image (erofs-utils 1.5) in its place, under TCG, in a first
-// boot and a restart of each: reading the node binary took 1.6-2.2 s with
-// 64 KiB clusters, where squashfs takes about 0.45 s (the kernel
-// decompressed each cluster again for every readahead window it crossed:
-// LZ4 had 61% of init's samples), and 0.85-0.9 s with 4 KiB clusters.
-// Without init's read of the whole binary, the node's start, reading only
-// what it touched, took 1.7-3.1 s, where squashfs's read and start take
-// about 0.9 s.
+// node reads on every boot, and LZ4 does it about four times as fast for
+// 15% more bytes. Squashfs, not EROFS: Linux 6.1's EROFS decompressed a
+// cluster again for every readahead window it crossed, and read the node
+// binary two to four times slower (docs/decisions.md, "The node
+// payload").
 func NodePayload(records []cpio.Record, epoch time.Time) ([]byte, verity.Descriptor, error) {
 	if epoch.IsZero() {
 		epoch = DefaultEpoch

@@ -180,15 +180,11 @@ func (o *Options) defaults() error {
 // memfd, not QEMU's default anonymous memory. QEMU asks the host for
 // transparent huge pages on anonymous guest RAM, so the guest's first
 // write to each 2 MiB of its RAM makes the host zero all 2 MiB, however
-// little of it the guest uses. Measured on the 2-core TCG machines Borough
-// is tested on (hosts that are VMs themselves), that zeroing was 29% of
-// the host's CPU time over a node's boot. The host fills a memfd in 4 KiB
-// pages as the guest touches them (shmem gets no huge pages unless the
-// host asks for them). In four restarts of each, taken in turns, a node
-// reached "node running" 0.7-2.5 s sooner from QEMU's start, most of it
-// in the firmware, and 0.3 s sooner (median) from "init started". Under
-// KVM the huge pages pay for themselves in the guest's own TLB, so KVM
-// keeps the default.
+// little of it the guest uses (docs/decisions.md, "Guest RAM under
+// TCG"). The host fills a memfd in 4 KiB pages as the guest touches them
+// (shmem gets no huge pages unless the host asks for them). Under KVM the
+// huge pages pay for themselves in the guest's own TLB, so KVM keeps the
+// default.
 const tcgRAM = "ram"
 
 // tcgCPU is the CPU of a VM under TCG: QEMU's "max" with an invariant

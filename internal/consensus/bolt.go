@@ -20,8 +20,7 @@ var boltOpenOptions *bolt.Options
 // indexed from memory. A member's database here is the cluster's own
 // small state, kilobytes, but bbolt keeps 16 MiB of file past its last
 // page (a hole it grows into), and populating that zeroes 16 MiB of page
-// cache on every start: under TCG, etcd's start to ready on a restart
-// took 0.59 s with it and 0.43 s without (medians of 9, in turns), and
-// the 16 MiB are an eighth of a 128 MiB node. Without it, bbolt faults in
-// the pages it reads, the few that hold data.
+// cache on every start (docs/decisions.md, "etcd's start"), an eighth of
+// a 128 MiB node. Without it, bbolt faults in the pages it reads, the few
+// that hold data.
 func init() { boltOpenOptions.MmapFlags = 0 }
