@@ -41,7 +41,11 @@ type apiParts struct {
 	// locked, the API presents the identity on the ESP and takes the
 	// owner's unlock.
 	keys *atomic.Pointer[clusterkey.Keeper]
-	mgr  *cluster.Manager
+	// life is the node's way into its cluster, from the start of the boot.
+	life *cluster.Lifecycle
+	// mgr is the cluster manager once the data volume is mounted; nil
+	// until then (its methods answer for a nil one).
+	mgr  *atomic.Pointer[cluster.Manager]
 	logs *logs
 	// requests takes reboot and power-off requests.
 	requests chan<- int
@@ -60,9 +64,9 @@ type apiParts struct {
 // one the owner handed the cluster over to), or the one the enrolment
 // names while the volume is locked.
 func apiService(p apiParts) supervisor.Service {
-	current, keys, mgr, lg, about, requests := p.current, p.keys, p.mgr, p.logs, p.about, p.requests
+	current, keys, life, mgr, lg, about, requests := p.current, p.keys, p.life, p.mgr, p.logs, p.about, p.requests
 	owner := func() *x509.Certificate {
-		if o := mgr.Owner(); o != nil {
+		if o := mgr.Load().Owner(); o != nil {
 			return o
 		}
 		return current.Load().Owner
@@ -77,7 +81,7 @@ func apiService(p apiParts) supervisor.Service {
 	s := &nodeapi.Server{
 		Owner: owner, Identity: identity, Admission: admission, Logs: lg.tree, Journal: lg.journal,
 		Info: func() *nodepb.Info {
-			info := about.info(mgr.Status(), current.Load().ClusterName)
+			info := about.info(life.Status(), current.Load().ClusterName)
 			if p.mounted.Load() {
 				info.DataUsed, info.DataSize = dataUse(storage.DataRoot)
 			}
@@ -93,7 +97,7 @@ func apiService(p apiParts) supervisor.Service {
 			return &nodepb.UpdateResponse{Slot: string(rec.Slot), Version: rec.NewVersion}, nil
 		},
 		Reset: func(force bool) error {
-			switch st := mgr.Status(); {
+			switch st := life.Status(); {
 			case force:
 			case st.State == cluster.StateRunning, st.State == cluster.StateRestarting, st.State == cluster.StateJoining:
 				return fmt.Errorf("the node is member %s of cluster %s (%s): remove it from the cluster first "+
@@ -102,7 +106,7 @@ func apiService(p apiParts) supervisor.Service {
 			return reset.Request(storage.ESPRoot, owner())
 		},
 		Restore: func(ctx context.Context, r io.Reader) (*nodepb.RestoreResponse, error) {
-			m, err := mgr.ReceiveBackup(ctx, r)
+			m, err := mgr.Load().ReceiveBackup(ctx, r)
 			if err != nil {
 				return nil, err
 			}
@@ -111,10 +115,10 @@ func apiService(p apiParts) supervisor.Service {
 		Locked:      func() ([]byte, []byte, error) { return keys.Load().Locked() },
 		SealedOwner: func() string { return keys.Load().SealedOwner() },
 		Unlock:      func(sealed []byte) error { return keys.Load().Unlock(sealed) },
-		Recover:     mgr.Recover,
+		Recover:     func() error { return mgr.Load().Recover() },
 		Network:     p.network,
 		Enrol: func(config []byte) error {
-			if st := mgr.Status().State; !p.fresh || st != cluster.StateNew && st != cluster.StateFailed {
+			if st := life.Status().State; !p.fresh || st != cluster.StateNew && st != cluster.StateFailed {
 				return errors.New("the node has a data volume: an enrolment config applies to a node's first boot only " +
 					"(borough node reset erases the node first)")
 			}

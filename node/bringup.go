@@ -60,17 +60,18 @@ type brought struct {
 // node in Failed before the data partition is touched. An error is
 // fatal.
 func bringUp(b bootEnv) (brought, error) {
-	mgr := cluster.New(b.log)
-	exposeToRogue(mgr)
-	out, err := bringUpWith(b, mgr)
+	life := cluster.NewLifecycle(b.log)
+	out, err := bringUpWith(b, life)
 	if err == nil && out.failure != nil {
-		mgr.Fail(out.failure)
+		life.Fail(out.failure)
 	}
 	return out, err
 }
 
-// bringUpWith is bringUp with its cluster manager.
-func bringUpWith(b bootEnv, mgr *cluster.Manager) (brought, error) {
+// bringUpWith is bringUp with the node's lifecycle, which its node API
+// reads from the start and the cluster manager moves once the data volume
+// is mounted.
+func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
 	log, params, st, t, hw, tl := b.log, b.params, b.st, b.tpm, b.hw, b.timeline
 	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {
@@ -93,13 +94,15 @@ func bringUpWith(b bootEnv, mgr *cluster.Manager) (brought, error) {
 		return brought{failure: fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw))}, nil
 	}
 	tl.Mark(timeline.Network)
-	go settings.Watch(ctx, log.With(console.ServiceKey, "network"), netconfig.Window, mgr.Healthy,
+	var mgr atomic.Pointer[cluster.Manager]
+	healthy := func(ctx context.Context) error { return mgr.Load().Healthy(ctx) }
+	go settings.Watch(ctx, log.With(console.ServiceKey, "network"), netconfig.Window, healthy,
 		func() { request(b.requests, pid1.ExitReboot) })
 	var current atomic.Pointer[enrolment.Enrolment]
 	var locked atomic.Pointer[clusterkey.Keeper]
 	var mounted atomic.Bool
 	current.Store(enrol)
-	api := apiService(apiParts{current: &current, keys: &locked, mgr: mgr, logs: b.logs, requests: b.requests,
+	api := apiService(apiParts{current: &current, keys: &locked, life: life, mgr: &mgr, logs: b.logs, requests: b.requests,
 		about:   about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates},
 		network: settings.Propose, fresh: st.Fresh(), mounted: &mounted})
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}, api}
@@ -118,7 +121,7 @@ func bringUpWith(b bootEnv, mgr *cluster.Manager) (brought, error) {
 			return brought{services: failed, failure: fmt.Errorf("enrolment config from %s: %w", enrol.Source, err)}, nil
 		}
 	}
-	if err := mgr.Preflight(ctx, storage.ESPRoot, enrol); err != nil {
+	if err := cluster.Preflight(ctx, log, storage.ESPRoot, enrol); err != nil {
 		return brought{services: failed, failure: err}, nil
 	}
 	keys := clusterKeys(ctx, log, book, ledger, policy, net.IP)
@@ -154,18 +157,20 @@ func bringUpWith(b bootEnv, mgr *cluster.Manager) (brought, error) {
 	if err := testMarker(log, params); err != nil {
 		return brought{}, err
 	}
-	mgr.Configure(cluster.Config{
+	m := cluster.New(log, cluster.Config{
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
 		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot, Ledger: ledger,
 		Pause: pauseHook(log, params, "join"), Keys: keys, Timeline: tl,
-	})
+	}, life)
+	mgr.Store(m)
+	exposeToRogue(m)
 	services := append(failed, b.logs.journalService(),
 		supervisor.Service{Name: "time", Run: func(ctx context.Context) error {
 			return timesync.Run(ctx, supervisor.Logger(ctx), ntpServers)
 		}},
-		supervisor.Service{Name: "cluster", Run: mgr.Run},
+		supervisor.Service{Name: "cluster", Run: m.Run},
 	)
-	if confirm := b.updates.ConfirmService(mgr); confirm != nil {
+	if confirm := b.updates.ConfirmService(m); confirm != nil {
 		services = append(services, *confirm)
 	}
 	return brought{services: services}, nil

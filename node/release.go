@@ -5,6 +5,7 @@ package main
 import (
 	"crypto/tls"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/cmdline"
@@ -24,6 +25,6 @@ func exposeToRogue(*cluster.Manager)                                  {}
 
 // apiIdentity is what the node API presents: the node's own identity and
 // admission.
-func apiIdentity(mgr *cluster.Manager) (func() (*tls.Certificate, error), func() []byte) {
-	return mgr.Identity, mgr.Admission
+func apiIdentity(mgr *atomic.Pointer[cluster.Manager]) (func() (*tls.Certificate, error), func() []byte) {
+	return func() (*tls.Certificate, error) { return mgr.Load().Identity() }, func() []byte { return mgr.Load().Admission() }
 }

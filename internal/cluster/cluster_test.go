@@ -63,7 +63,9 @@ func (l *logBuffer) String() string {
 
 // member is one in-process node of the test cluster.
 type member struct {
+	// mgr is nil for a member whose Preflight failed it (life says so).
 	mgr  *Manager
+	life *Lifecycle
 	log  *logBuffer
 	ip   netip.Addr
 	dir  string
@@ -96,16 +98,17 @@ func startWith(t testing.TB, ctx context.Context, n int, e *enrolment.Enrolment,
 	}
 	ctx, stop := context.WithCancel(ctx)
 	m := &member{log: &logBuffer{}, ip: netip.AddrFrom4([4]byte{127, 0, 0, byte(n)}), dir: dir, stop: stop, done: make(chan error, 1)}
-	m.mgr = New(slog.New(console.NewHandler(m.log)))
-	m.mgr.Configure(Config{
+	log := slog.New(console.NewHandler(m.log))
+	m.life = NewLifecycle(log)
+	if err := Preflight(ctx, log, filepath.Join(dir, "esp"), e); err != nil {
+		m.life.Fail(err)
+		return m
+	}
+	m.mgr = New(log, Config{
 		Enrolment: e, FreshData: fresh, IP: m.ip,
 		ESPRoot: filepath.Join(dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp")), DataRoot: filepath.Join(dir, "data"),
 		overrides: ov,
-	})
-	if err := m.mgr.Preflight(ctx, filepath.Join(dir, "esp"), e); err != nil {
-		m.mgr.Fail(err)
-		return m
-	}
+	}, m.life)
 	go func() { m.done <- m.mgr.Run(ctx) }()
 	t.Cleanup(func() {
 		if t.Failed() {

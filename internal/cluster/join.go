@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -36,7 +37,7 @@ import (
 // the ESP's ledger can check it (nothing is unsealed yet): what it finds
 // there only ever stops the node or skips a check the later boot steps
 // make with the checked record, never grants anything.
-func (mg *Manager) Preflight(ctx context.Context, espRoot string, e *enrolment.Enrolment) error {
+func Preflight(ctx context.Context, log *slog.Logger, espRoot string, e *enrolment.Enrolment) error {
 	rec, err := readRecord(esp.NodeState.In(espRoot))
 	switch {
 	case errors.Is(err, errDamaged):
@@ -50,8 +51,8 @@ func (mg *Manager) Preflight(ctx context.Context, espRoot string, e *enrolment.E
 	case rec != nil || e.Ticket == nil:
 		return nil
 	}
-	mg.log.Info("checking the join ticket", "cluster", e.Ticket.GetClusterName(), "endpoints", e.Ticket.GetJoinEndpoints())
-	return retry(ctx, mg.log, "checking the join ticket", refused, func() error {
+	log.Info("checking the join ticket", "cluster", e.Ticket.GetClusterName(), "endpoints", e.Ticket.GetJoinEndpoints())
+	return retry(ctx, log, "checking the join ticket", refused, func() error {
 		return join.Check(ctx, e.Ticket)
 	})
 }

@@ -81,8 +81,9 @@ func runJoiner(specJSON string) error {
 		}
 	}
 	e := &enrolment.Enrolment{ClusterName: tk.GetClusterName(), Ticket: &tk}
-	mg := New(slog.New(console.NewHandler(os.Stdout)))
-	mg.Configure(Config{
+	log := slog.New(console.NewHandler(os.Stdout))
+	life := NewLifecycle(log)
+	cfg := Config{
 		Enrolment: e, FreshData: errors.Is(statErr, os.ErrNotExist), IP: netip.MustParseAddr(spec.IP),
 		ESPRoot: filepath.Join(spec.Dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(spec.Dir, "esp")), DataRoot: data,
 		Pause: func(step string) {
@@ -92,11 +93,11 @@ func runJoiner(specJSON string) error {
 			}
 		},
 		overrides: overrides{listenOnIP: true},
-	})
+	}
 	ctx := context.Background()
-	if err := mg.Preflight(ctx, filepath.Join(spec.Dir, "esp"), e); err != nil {
-		mg.Fail(err)
-	} else if err := mg.Run(ctx); err != nil {
+	if err := Preflight(ctx, log, filepath.Join(spec.Dir, "esp"), e); err != nil {
+		life.Fail(err)
+	} else if err := New(log, cfg, life).Run(ctx); err != nil {
 		return err
 	}
 	select {}

@@ -81,18 +81,20 @@ func (mg *Manager) mark(phase string) {
 	}
 }
 
-// Manager is the cluster manager; it owns the node's state.
+// Manager is the cluster manager: it brings the node into its cluster
+// once the data volume is mounted, and moves the node's Lifecycle from
+// then on. A nil Manager is a node whose data volume is not mounted yet:
+// the methods the node API calls answer so.
 type Manager struct {
-	log    *slog.Logger
-	cfg    Config
-	states stateMachine
+	log  *slog.Logger
+	cfg  Config
+	life *Lifecycle
 	// trustMu orders the writes of what the client port trusts: an owner
 	// hand-over and the owner's applications CA.
 	trustMu sync.Mutex
-	// record is the node's record once known, for Status, and client its
-	// member's client; both guarded by states.mu.
-	record Record
-	client *clientv3.Client
+	// client is the member's client once it runs, guarded by clientMu.
+	clientMu sync.Mutex
+	client   *clientv3.Client
 	// retimed says that Run has restarted the member with the cluster's
 	// raft timing (consensus.ErrRetime); only Run's goroutine uses it.
 	retimed bool
@@ -109,22 +111,12 @@ type Manager struct {
 	recovering sync.Mutex
 }
 
-// New returns a manager for a node in state New. log is the node's root
-// logger: transitions are node-level events.
-func New(log *slog.Logger) *Manager {
-	return &Manager{log: log, states: stateMachine{state: StateNew, log: log}, backups: make(chan received),
-		recoverNow: make(chan struct{}, 1)}
+// New returns the manager of a node whose storage and network are up, as
+// cfg says, on its way into its cluster as life says (New, unless
+// bring-up failed it). log is the node's root logger.
+func New(log *slog.Logger, cfg Config, life *Lifecycle) *Manager {
+	return &Manager{log: log, cfg: cfg, life: life, backups: make(chan received), recoverNow: make(chan struct{}, 1)}
 }
-
-// Fail puts the node in Failed for a reason found before Run, such as a
-// bad enrolment config.
-func (mg *Manager) Fail(reason error) {
-	mg.states.fail(reason)
-}
-
-// Configure gives the manager what Run needs, once storage and network
-// are up.
-func (mg *Manager) Configure(cfg Config) { mg.cfg = cfg }
 
 func (mg *Manager) dataRecord() string {
 	return datavol.NodeRecord.In(mg.cfg.DataRoot)
@@ -145,7 +137,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		mg.states.fail(err)
+		mg.life.Fail(err)
 		return nil
 	}
 	mg.started(rec, c.Client)
@@ -156,10 +148,10 @@ func (mg *Manager) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		mg.states.fail(err)
+		mg.life.Fail(err)
 		return nil
 	}
-	mg.states.to(StateRunning)
+	mg.life.to(StateRunning)
 	mg.log.Info("node running", "cluster", rec.Cluster, "member", rec.Node,
 		"client", net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.ClientPort)), "role", role)
 	mg.mark(timeline.Running)
@@ -273,7 +265,7 @@ func (mg *Manager) spendTicket() {
 // removed records that the cluster removed the node and fails it for
 // good.
 func (mg *Manager) removed(rec *Record) error {
-	mg.states.fail(mg.recordRemoval(rec))
+	mg.life.Fail(mg.recordRemoval(rec))
 	return nil
 }
 
@@ -304,7 +296,7 @@ func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, er
 	if d.Next == StateFailed {
 		return nil, nil, d.Reason
 	}
-	mg.states.to(d.Next)
+	mg.life.to(d.Next)
 	switch d.Next {
 	case StateRestarting:
 		c, err := mg.restart(ctx, d.Record)

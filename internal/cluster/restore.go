@@ -132,7 +132,7 @@ var ErrNoRestore = errors.New("this node waits for no backup: only a first node 
 // the node does not wait for, and one that is not the config's, with the
 // reason; it returns the backup's description.
 func (mg *Manager) ReceiveBackup(ctx context.Context, r io.Reader) (backup.Meta, error) {
-	if !mg.awaiting.Load() {
+	if mg == nil || !mg.awaiting.Load() {
 		return backup.Meta{}, ErrNoRestore
 	}
 	if !mg.receiving.TryLock() {

@@ -20,7 +20,7 @@ import (
 
 func TestTransitions(t *testing.T) {
 	var buf bytes.Buffer
-	m := &stateMachine{state: StateNew, log: slog.New(console.NewHandler(&buf))}
+	m := &Lifecycle{state: StateNew, log: slog.New(console.NewHandler(&buf))}
 	m.to(StateCreatingCluster)
 	m.to(StateRunning)
 	for _, want := range []string{"borough: state New -> CreatingCluster", "borough: state CreatingCluster -> Running"} {
@@ -37,15 +37,18 @@ func TestTransitions(t *testing.T) {
 					t.Errorf("%s -> %s was allowed", tc.from, tc.to)
 				}
 			}()
-			(&stateMachine{state: tc.from, log: slog.New(console.NewHandler(&buf))}).to(tc.to)
+			(&Lifecycle{state: tc.from, log: slog.New(console.NewHandler(&buf))}).to(tc.to)
 		}()
 	}
 	buf.Reset()
-	m = &stateMachine{state: StateNew, log: slog.New(console.NewHandler(&buf))}
-	m.fail(os.ErrPermission)
+	m = &Lifecycle{state: StateNew, log: slog.New(console.NewHandler(&buf))}
+	m.Fail(os.ErrPermission)
 	if m.state != StateFailed || !strings.Contains(buf.String(), "state New -> Failed") ||
 		!strings.Contains(buf.String(), "borough: node failed: permission denied") {
-		t.Errorf("fail logged:\n%s", buf.String())
+		t.Errorf("Fail logged:\n%s", buf.String())
+	}
+	if st := m.Status(); st.State != StateFailed || st.Failure != "permission denied" {
+		t.Errorf("Status after Fail = %+v", st)
 	}
 }
 
@@ -189,8 +192,9 @@ func TestAlone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			mg := New(slog.New(console.NewHandler(io.Discard)))
-			mg.Configure(Config{DataRoot: filepath.Join(dir, "data"), ESPRoot: filepath.Join(dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"))})
+			log := slog.New(console.NewHandler(io.Discard))
+			mg := New(log, Config{DataRoot: filepath.Join(dir, "data"), ESPRoot: filepath.Join(dir, "esp"),
+				Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"))}, NewLifecycle(log))
 			mg.retimed = tc.retimed
 			if tc.directory != nil {
 				d := &directory{Cluster: "prod", Members: map[string][]string{}}

@@ -13,29 +13,11 @@ import (
 	"github.com/borough-os/borough/internal/keyspace"
 )
 
-// Status is what the manager tells the node API about the node.
-type Status struct {
-	State State
-	// Failure is why the node is Failed.
-	Failure string
-	// Cluster and Member are the node's cluster and name, once known.
-	Cluster, Member string
-}
-
-// Status returns the node's state and, once known, its names.
-func (mg *Manager) Status() Status {
-	state, failure := mg.states.current()
-	mg.states.mu.Lock()
-	defer mg.states.mu.Unlock()
-	return Status{State: state, Failure: failure, Cluster: mg.record.Cluster, Member: mg.record.Node}
-}
-
-// started records the node's names for Status and its member's client
-// for Healthy.
+// started records the node's names and its member's client for Healthy.
 func (mg *Manager) started(rec *Record, c *clientv3.Client) {
-	mg.states.mu.Lock()
-	defer mg.states.mu.Unlock()
-	mg.record = *rec
+	mg.life.named(rec.Cluster, rec.Node)
+	mg.clientMu.Lock()
+	defer mg.clientMu.Unlock()
 	mg.client = c
 }
 
@@ -43,8 +25,11 @@ func (mg *Manager) started(rec *Record, c *clientv3.Client) {
 // the test build's rogue-member hook (node/rogue.go) acts through, as a
 // member compromised while running would.
 func (mg *Manager) Client() *clientv3.Client {
-	mg.states.mu.Lock()
-	defer mg.states.mu.Unlock()
+	if mg == nil {
+		return nil
+	}
+	mg.clientMu.Lock()
+	defer mg.clientMu.Unlock()
 	return mg.client
 }
 
@@ -52,7 +37,10 @@ func (mg *Manager) Client() *clientv3.Client {
 // cluster: a linearizable read, which takes a quorum. It is what an
 // update's try boot waits for before it confirms itself.
 func (mg *Manager) Healthy(ctx context.Context) error {
-	state, _ := mg.states.current()
+	if mg == nil {
+		return errNotMounted
+	}
+	state, _ := mg.life.current()
 	c := mg.Client()
 	if state != StateRunning || c == nil {
 		return fmt.Errorf("the node is %s, not Running", state)
@@ -65,10 +53,10 @@ func (mg *Manager) Healthy(ctx context.Context) error {
 
 // Owner returns the owner's certificate the cluster gave this node when it
 // joined, or made it with (it is on the data volume). It is nil for a
-// cluster without an owner, and before the data volume is mounted: a node
-// whose enrolment names its owner knows it sooner.
+// cluster without an owner, and before the data volume is mounted (nil
+// mg): a node whose enrolment names its owner knows it sooner.
 func (mg *Manager) Owner() *x509.Certificate {
-	if mg.cfg.DataRoot == "" {
+	if mg == nil {
 		return nil
 	}
 	owner, err := mg.pkiFiles().LoadOwner()
@@ -78,6 +66,10 @@ func (mg *Manager) Owner() *x509.Certificate {
 	return owner
 }
 
+// errNotMounted refuses what a node does with its data volume, before it
+// is mounted.
+var errNotMounted = errors.New("the node's data volume is not mounted")
+
 // ErrNoIdentity says the node has no certificate of a cluster yet.
 var ErrNoIdentity = errors.New("the node has no certificate of a cluster yet")
 
@@ -85,7 +77,7 @@ var ErrNoIdentity = errors.New("the node has no certificate of a cluster yet")
 // services show it with its certificate; nil while it has none (a node
 // without an owner, or one that has not joined).
 func (mg *Manager) Admission() []byte {
-	if mg.cfg.DataRoot == "" {
+	if mg == nil {
 		return nil
 	}
 	b, err := os.ReadFile(mg.pkiFiles().Admission())
@@ -99,7 +91,7 @@ func (mg *Manager) Admission() []byte {
 // its own services present it to the owner. Before the node has one
 // (Failed before it joined) it returns ErrNoIdentity.
 func (mg *Manager) Identity() (*tls.Certificate, error) {
-	if mg.cfg.DataRoot == "" {
+	if mg == nil {
 		return nil, ErrNoIdentity
 	}
 	cert, err := mg.pkiFiles().LoadIdentity()

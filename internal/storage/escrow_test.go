@@ -29,7 +29,7 @@ func TestEscrow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			e := Escrow{k: keeper{root: root, policy: keyfile.TPMBestEffort}}
+			e := Escrow{k: keyFiles{root: root, policy: keyfile.TPMBestEffort}}
 			if tc.tpm {
 				e.k.tpm = openSim(t, 1).tpm
 			}
@@ -74,11 +74,11 @@ func TestClearKey(t *testing.T) {
 	// A key file as a node without a TPM writes it, and one as a node
 	// with a TPM does.
 	root := t.TempDir()
-	if err := (keeper{root: root, policy: keyfile.TPMBestEffort}).store(esp.SealedLocalKey, testKey(5)); err != nil {
+	if err := (keyFiles{root: root, policy: keyfile.TPMBestEffort}).store(esp.SealedLocalKey, testKey(5)); err != nil {
 		t.Fatal(err)
 	}
 	s := openSim(t, 1)
-	if err := (keeper{root: root, tpm: s.tpm, policy: keyfile.TPMRequired}).store(esp.ClusterKeyEscrow, testKey(6)); err != nil {
+	if err := (keyFiles{root: root, tpm: s.tpm, policy: keyfile.TPMRequired}).store(esp.ClusterKeyEscrow, testKey(6)); err != nil {
 		t.Fatal(err)
 	}
 	s.close(t)

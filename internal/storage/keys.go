@@ -21,9 +21,9 @@ var (
 	ErrTPMDisabled = errors.New("the key is sealed to the TPM, but the storage policy disables the TPM")
 )
 
-// keeper seals keys to the TPM, if it has one, and stores them on the ESP
-// mounted at root.
-type keeper struct {
+// keyFiles seals keys to the TPM, if it has one, and stores them as key
+// files (package keyfile) on the ESP mounted at root.
+type keyFiles struct {
 	root   string
 	tpm    *tpm.TPM
 	policy keyfile.TPMPolicy
@@ -33,8 +33,8 @@ type keeper struct {
 	book *seals.Book
 }
 
-// seals returns what seals and unseals the keeper's keys.
-func (k keeper) seals() *seals.Book {
+// seals returns what seals and unseals the key files' keys.
+func (k keyFiles) seals() *seals.Book {
 	if k.book != nil {
 		return k.book
 	}
@@ -44,7 +44,7 @@ func (k keeper) seals() *seals.Book {
 // newKey returns a fresh unlock key from crypto/rand, mixed with the TPM's
 // generator when there is a TPM: the key is as strong as the better of the
 // two.
-func (k keeper) newKey() ([]byte, error) {
+func (k keyFiles) newKey() ([]byte, error) {
 	key := make([]byte, crypt.UnlockKeySize)
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ func (k keeper) newKey() ([]byte, error) {
 }
 
 // store seals key (if there is a TPM) and writes it to f.
-func (k keeper) store(f esp.File, key []byte) error {
+func (k keyFiles) store(f esp.File, key []byte) error {
 	if k.tpm == nil {
 		b, err := keyfile.File{Clear: key}.Marshal()
 		if err != nil {
@@ -78,7 +78,7 @@ func (k keeper) store(f esp.File, key []byte) error {
 }
 
 // load reads f and unseals the key in it.
-func (k keeper) load(f esp.File) ([]byte, error) {
+func (k keyFiles) load(f esp.File) ([]byte, error) {
 	b, err := readESP(k.root, f)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", f, err)
@@ -111,7 +111,7 @@ func (k keeper) load(f esp.File) ([]byte, error) {
 }
 
 // unseal opens the sealed key in kf, the key file f.
-func (k keeper) unseal(f esp.File, kf *keyfile.File) ([]byte, error) {
+func (k keyFiles) unseal(f esp.File, kf *keyfile.File) ([]byte, error) {
 	key, err := k.seals().Unseal(f.In(k.root), kf)
 	switch {
 	case errors.Is(err, seals.ErrParse):
@@ -180,14 +180,14 @@ type ClusterKeys interface {
 // like the local unlock key: on a node alone, and on a new member until
 // its peers hold the CUK (internal/clusterkey).
 type Escrow struct {
-	k keeper
+	k keyFiles
 }
 
 // LocalEscrow is the Escrow on the ESP mounted at espRoot of a node with
 // policy, whose keys book seals (nil: no TPM, or a disabled one) to this
 // boot's PCR values from before they were capped.
 func LocalEscrow(espRoot string, policy keyfile.TPMPolicy, book *seals.Book) Escrow {
-	k := keeper{root: espRoot, policy: policy}
+	k := keyFiles{root: espRoot, policy: policy}
 	if book != nil && policy != keyfile.TPMDisabled {
 		k.tpm, k.book = book.TPM, book
 	}

@@ -19,7 +19,7 @@ func TestLoadSealedNull(t *testing.T) {
 	b := []byte(`{"version":1,"sealed":null,"clear":"` + base64.StdEncoding.EncodeToString(testKey(1)) + `"}`)
 	mkdir(t, filepath.Dir(f.In(root)))
 	writeFile(t, f.In(root), b)
-	if _, err := (keeper{root: root, policy: keyfile.TPMBestEffort}).load(f); err != nil {
+	if _, err := (keyFiles{root: root, policy: keyfile.TPMBestEffort}).load(f); err != nil {
 		t.Errorf("load of a clear key with \"sealed\":null: %v", err)
 	}
 	if _, err := keyfile.ClearKey(b); errors.Is(err, keyfile.ErrKeySealed) {
@@ -34,7 +34,7 @@ func TestStoreStaleTmpMode(t *testing.T) {
 	root := t.TempDir()
 	mkdir(t, filepath.Dir(f.In(root)))
 	writeFile(t, f.In(root)+".tmp", nil) // 0644
-	if err := (keeper{root: root, policy: keyfile.TPMDisabled}).store(f, testKey(1)); err != nil {
+	if err := (keyFiles{root: root, policy: keyfile.TPMDisabled}).store(f, testKey(1)); err != nil {
 		t.Fatal(err)
 	}
 	info, err := os.Stat(f.In(root))

@@ -87,7 +87,7 @@ func TestCheckSize(t *testing.T) {
 }
 
 func TestNewKeyWithoutTPM(t *testing.T) {
-	k := keeper{policy: keyfile.TPMDisabled}
+	k := keyFiles{policy: keyfile.TPMDisabled}
 	t.Run("fresh", func(t *testing.T) {
 		k1, err := k.newKey()
 		if err != nil {
@@ -125,7 +125,7 @@ func TestNewKeyWithoutTPM(t *testing.T) {
 
 func TestNewKeyWithTPM(t *testing.T) {
 	tp, rec := newTestTPM(t)
-	k := keeper{tpm: tp, policy: keyfile.TPMRequired}
+	k := keyFiles{tpm: tp, policy: keyfile.TPMRequired}
 
 	k1, err := k.newKey()
 	if err != nil {

@@ -149,7 +149,7 @@ func (s *Storage) MountData(cfg Config) error {
 	if cfg.Pause == nil {
 		cfg.Pause = func(string) {}
 	}
-	k := keeper{root: ESPRoot, tpm: cfg.TPM, policy: cfg.Policy}
+	k := keyFiles{root: ESPRoot, tpm: cfg.TPM, policy: cfg.Policy}
 	if cfg.TPM != nil {
 		k.book = cfg.Seals
 	}
@@ -197,7 +197,7 @@ func probe(dev string) (crypt.State, *crypt.Header, error) {
 }
 
 // create makes a new data volume.
-func (s *Storage) create(cfg Config, k keeper, state crypt.State) (err error) {
+func (s *Storage) create(cfg Config, k keyFiles, state crypt.State) (err error) {
 	log := s.log
 	if state == crypt.StateFormatting {
 		log.Warn("the previous first boot stopped before the data volume was complete; formatting it afresh")
@@ -264,7 +264,7 @@ func (s *Storage) create(cfg Config, k keeper, state crypt.State) (err error) {
 }
 
 // unlock opens and mounts the existing data volume.
-func (s *Storage) unlock(cfg Config, k keeper, header *crypt.Header) (err error) {
+func (s *Storage) unlock(cfg Config, k keyFiles, header *crypt.Header) (err error) {
 	start := time.Now()
 	luk, err := k.load(esp.SealedLocalKey)
 	if err != nil {

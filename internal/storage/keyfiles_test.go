@@ -133,7 +133,7 @@ func checkKeyFile(t *testing.T, root string, f esp.File, key []byte, sealed bool
 	}
 }
 
-func TestKeeperStoreLoad(t *testing.T) {
+func TestKeyFilesStoreLoad(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		tpm    bool
@@ -167,7 +167,7 @@ func TestKeeperStoreLoad(t *testing.T) {
 		for _, f := range []esp.File{esp.SealedLocalKey, esp.ClusterKeyEscrow} {
 			t.Run(tc.name+"/"+path.Base(string(f)), func(t *testing.T) {
 				root := t.TempDir()
-				k := keeper{root: root, policy: tc.policy}
+				k := keyFiles{root: root, policy: tc.policy}
 				var s *testSim
 				if tc.tpm {
 					s = openSim(t, 1)
@@ -201,26 +201,26 @@ func TestKeeperStoreLoad(t *testing.T) {
 	}
 }
 
-// TestKeeperStoreStaleTmp: a crash during a store can leave f.tmp; the
+// TestKeyFilesStoreStaleTmp: a crash during a store can leave f.tmp; the
 // next store must replace its contents (it is longer than the new file)
 // and leave no f.tmp.
-func TestKeeperStoreStaleTmp(t *testing.T) {
+func TestKeyFilesStoreStaleTmp(t *testing.T) {
 	const f = esp.SealedLocalKey
 	root := t.TempDir()
 	mkdir(t, filepath.Dir(f.In(root)))
 	writeFile(t, f.In(root)+".tmp", []byte(`{"version":1,"clear":"c3RhbGU="}`+strings.Repeat(" stale", 100)))
-	k := keeper{root: root, policy: keyfile.TPMDisabled}
+	k := keyFiles{root: root, policy: keyfile.TPMDisabled}
 	if err := k.store(f, testKey(3)); err != nil {
 		t.Fatalf("store: %v", err)
 	}
 	checkKeyFile(t, root, f, testKey(3), false)
 }
 
-func TestKeeperStoreError(t *testing.T) {
+func TestKeyFilesStoreError(t *testing.T) {
 	// The ESP root is a file: the key's directory cannot be made.
 	root := filepath.Join(t.TempDir(), "esp")
 	writeFile(t, root, nil)
-	k := keeper{root: root, policy: keyfile.TPMDisabled}
+	k := keyFiles{root: root, policy: keyfile.TPMDisabled}
 	err := k.store(esp.SealedLocalKey, testKey(1))
 	if err == nil {
 		t.Fatal("store on an ESP root that is a file succeeded")
@@ -230,25 +230,25 @@ func TestKeeperStoreError(t *testing.T) {
 	}
 }
 
-func TestKeeperLoadErrors(t *testing.T) {
+func TestKeyFilesLoadErrors(t *testing.T) {
 	const f = esp.SealedLocalKey
 	clearKey := func(key []byte) string {
 		return `{"version":1,"clear":"` + base64.StdEncoding.EncodeToString(key) + `"}`
 	}
 	// withFile writes content to f and loads with no TPM and policy.
-	withFile := func(content string, policy keyfile.TPMPolicy) func(*testing.T, string) keeper {
-		return func(t *testing.T, root string) keeper {
+	withFile := func(content string, policy keyfile.TPMPolicy) func(*testing.T, string) keyFiles {
+		return func(t *testing.T, root string) keyFiles {
 			mkdir(t, filepath.Dir(f.In(root)))
 			writeFile(t, f.In(root), []byte(content))
-			return keeper{root: root, policy: policy}
+			return keyFiles{root: root, policy: policy}
 		}
 	}
 	// sealed stores a key sealed to a simulated TPM (seed 1), then lets
-	// change alter the machine and return the keeper for load.
-	sealed := func(change func(*testing.T, *testSim, keeper) keeper) func(*testing.T, string) keeper {
-		return func(t *testing.T, root string) keeper {
+	// change alter the machine and return the keyFiles for load.
+	sealed := func(change func(*testing.T, *testSim, keyFiles) keyFiles) func(*testing.T, string) keyFiles {
+		return func(t *testing.T, root string) keyFiles {
 			s := openSim(t, 1)
-			k := keeper{root: root, tpm: s.tpm, policy: keyfile.TPMRequired}
+			k := keyFiles{root: root, tpm: s.tpm, policy: keyfile.TPMRequired}
 			if err := k.store(f, testKey(1)); err != nil {
 				t.Fatalf("store: %v", err)
 			}
@@ -257,8 +257,8 @@ func TestKeeperLoadErrors(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		// setup writes f under root and returns the keeper to load it.
-		setup func(t *testing.T, root string) keeper
+		// setup writes f under root and returns the keyFiles to load it.
+		setup func(t *testing.T, root string) keyFiles
 		// wantIs, if set, must be in the error's chain.
 		wantIs error
 		// want are substrings of the error.
@@ -266,7 +266,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 	}{
 		{
 			name:   "missing file",
-			setup:  func(t *testing.T, root string) keeper { return keeper{root: root} },
+			setup:  func(t *testing.T, root string) keyFiles { return keyFiles{root: root} },
 			wantIs: fs.ErrNotExist,
 			want:   []string{"reading " + string(f)},
 		},
@@ -336,7 +336,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 			// requires the TPM, even though it has one: the file may
 			// have been swapped.
 			name: "clear key, TPM required, with TPM",
-			setup: func(t *testing.T, root string) keeper {
+			setup: func(t *testing.T, root string) keyFiles {
 				k := withFile(clearKey(testKey(1)), keyfile.TPMRequired)(t, root)
 				k.tpm = openSim(t, 1).tpm
 				return k
@@ -346,25 +346,25 @@ func TestKeeperLoadErrors(t *testing.T) {
 		},
 		{
 			name: "sealed key, no TPM",
-			setup: sealed(func(t *testing.T, s *testSim, k keeper) keeper {
+			setup: sealed(func(t *testing.T, s *testSim, k keyFiles) keyFiles {
 				s.close(t)
-				return keeper{root: k.root, policy: keyfile.TPMBestEffort}
+				return keyFiles{root: k.root, policy: keyfile.TPMBestEffort}
 			}),
 			wantIs: ErrNoTPMForKey,
 			want:   []string{string(f)},
 		},
 		{
 			name: "sealed key, TPM disabled",
-			setup: sealed(func(t *testing.T, s *testSim, k keeper) keeper {
+			setup: sealed(func(t *testing.T, s *testSim, k keyFiles) keyFiles {
 				s.close(t)
-				return keeper{root: k.root, policy: keyfile.TPMDisabled}
+				return keyFiles{root: k.root, policy: keyfile.TPMDisabled}
 			}),
 			wantIs: ErrTPMDisabled,
 			want:   []string{string(f)},
 		},
 		{
 			name: "sealed key, another TPM",
-			setup: sealed(func(t *testing.T, s *testSim, k keeper) keeper {
+			setup: sealed(func(t *testing.T, s *testSim, k keyFiles) keyFiles {
 				s.close(t)
 				k.tpm = openSim(t, 2).tpm
 				return k
@@ -374,7 +374,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 		},
 		{
 			name: "sealed key, PCR 7 extended",
-			setup: sealed(func(t *testing.T, s *testSim, k keeper) keeper {
+			setup: sealed(func(t *testing.T, s *testSim, k keyFiles) keyFiles {
 				s.extend(t, 7, "another Secure Boot key")
 				return k
 			}),
@@ -383,7 +383,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 		},
 		{
 			name: "sealed key, PCR 4 extended",
-			setup: sealed(func(t *testing.T, s *testSim, k keeper) keeper {
+			setup: sealed(func(t *testing.T, s *testSim, k keyFiles) keyFiles {
 				s.extend(t, 4, "another boot binary")
 				return k
 			}),
@@ -392,7 +392,7 @@ func TestKeeperLoadErrors(t *testing.T) {
 		},
 		{
 			name: "sealed object not a sealed key",
-			setup: func(t *testing.T, root string) keeper {
+			setup: func(t *testing.T, root string) keyFiles {
 				k := withFile(`{"version":1,"sealed":{"version":99}}`, keyfile.TPMRequired)(t, root)
 				k.tpm = openSim(t, 1).tpm
 				return k
