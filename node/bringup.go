@@ -133,30 +133,11 @@ func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
 		}
 	}
 	locked.Store(keys)
-	if err := st.MountData(storage.Config{
-		TPM:         t,
-		Seals:       book,
-		Policy:      policy,
-		ClusterKeys: keys,
-		LocalKey:    keys.SetLocalKey,
-		Pause:       pauseHook(log, params, "storage"),
-	}); err != nil {
+	if enrol, err = mountData(b, enrol, policy, book, ledger, keys); err != nil {
 		return brought{}, err
 	}
-	tl.Mark(timeline.Storage)
 	mounted.Store(true)
-	if enrol, err = confirmEnrolment(log, enrol, policy); err != nil {
-		return brought{}, err
-	}
-	if err := ledger.Confirm(storage.DataRoot); err != nil {
-		return brought{}, fmt.Errorf("checking the ESP ledger's key against the data volume: %w", err)
-	}
 	current.Store(enrol)
-	keys.OwnerRecovery = enrol.OwnerRecovery
-	b.updates.SettleLeftovers()
-	if err := testMarker(log, params); err != nil {
-		return brought{}, err
-	}
 	m := cluster.New(log, cluster.Config{
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
 		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot, Ledger: ledger,
@@ -174,6 +155,40 @@ func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
 		services = append(services, *confirm)
 	}
 	return brought{services: services}, nil
+}
+
+// mountData unlocks the data volume with the keys book unseals under
+// policy and the cluster unlock key keys gets, mounts it, and returns the
+// enrolment config the volume confirms, which the node runs from. It
+// checks the ESP ledger's key against the volume, and settles keys an
+// update or a crash left sealed twice.
+func mountData(b bootEnv, enrol *enrolment.Enrolment, policy keyfile.TPMPolicy, book *seals.Book,
+	ledger *espledger.Ledger, keys *clusterkey.Keeper) (*enrolment.Enrolment, error) {
+	log := b.log
+	if err := b.st.MountData(storage.Config{
+		TPM:         b.tpm,
+		Seals:       book,
+		Policy:      policy,
+		ClusterKeys: keys,
+		LocalKey:    keys.SetLocalKey,
+		Pause:       pauseHook(log, b.params, "storage"),
+	}); err != nil {
+		return nil, err
+	}
+	b.timeline.Mark(timeline.Storage)
+	confirmed, err := confirmEnrolment(log, enrol, policy)
+	if err != nil {
+		return nil, err
+	}
+	if err := ledger.Confirm(storage.DataRoot); err != nil {
+		return nil, fmt.Errorf("checking the ESP ledger's key against the data volume: %w", err)
+	}
+	keys.OwnerRecovery = confirmed.OwnerRecovery
+	b.updates.SettleLeftovers()
+	if err := testMarker(log, b.params); err != nil {
+		return nil, err
+	}
+	return confirmed, nil
 }
 
 // rollBackIfTrial reboots a node whose network failed on a trial of the
