@@ -33,12 +33,16 @@ type keyFiles struct {
 	book *seals.Book
 }
 
-// seals returns what seals and unseals the key files' keys.
+// seals returns what seals and unseals the key files' keys: nil, which
+// keeps them in clear, without a TPM.
 func (k keyFiles) seals() *seals.Book {
-	if k.book != nil {
+	switch {
+	case k.book != nil:
 		return k.book
+	case k.tpm != nil:
+		return &seals.Book{TPM: k.tpm}
 	}
-	return &seals.Book{TPM: k.tpm}
+	return nil
 }
 
 // newKey returns a fresh unlock key from crypto/rand, mixed with the TPM's
@@ -63,13 +67,6 @@ func (k keyFiles) newKey() ([]byte, error) {
 
 // store seals key (if there is a TPM) and writes it to f.
 func (k keyFiles) store(f esp.File, key []byte) error {
-	if k.tpm == nil {
-		b, err := keyfile.File{Clear: key}.Marshal()
-		if err != nil {
-			return err
-		}
-		return writeESP(k.root, f, b)
-	}
 	b, err := k.seals().Seal(f.In(k.root), key)
 	if err != nil {
 		return fmt.Errorf("sealing %s: %w", f, err)
