@@ -55,8 +55,13 @@ type side struct {
 	dial      load.Dial
 	env       map[string]string
 	results   map[string][]load.Result
-	// io are the members' disk I/O counts under each load, over all turns.
-	io map[string]qemu.BlockStats
+	// io are the members' disk I/O counts under each load, over all turns,
+	// and cpu the host CPU time their VMs used.
+	io  map[string]qemu.BlockStats
+	cpu map[string]time.Duration
+	// idle is the host CPU time the members used while resumed with no
+	// load, over idleFor, and idleFor the time.
+	idle, idleFor time.Duration
 	// perf are etcdctl check perf's verdicts.
 	perf []string
 	// term is the raft term last seen, and elections where it grew.
@@ -110,6 +115,9 @@ func BenchmarkAgainstEtcd(b *testing.B) {
 			for k := range sides {
 				sides[(k+turn)%len(sides)].measure(b, p)
 			}
+		}
+		for _, s := range sides {
+			s.idleTurn(b)
 		}
 	}
 	etcdctl := goBuild(b, "go.etcd.io/etcd/etcdctl/v3", "etcdctl")
@@ -188,19 +196,46 @@ func (s *side) measure(b *testing.B, p load.Params) {
 	s.resumed(b)
 	defer s.pause(b)
 	s.watchTerm(b, "paused, before "+p.Name())
-	before := s.blockStats(b)
+	before, cpu := s.blockStats(b), s.cpuTime(b)
 	r, err := load.Run(context.Background(), s.dial, s.endpoints, p)
 	if err != nil {
 		b.Fatalf("%s: %v", s.name, err)
 	}
 	if s.results == nil {
-		s.results, s.io = map[string][]load.Result{}, map[string]qemu.BlockStats{}
+		s.results, s.io, s.cpu = map[string][]load.Result{}, map[string]qemu.BlockStats{}, map[string]time.Duration{}
 	}
 	s.io[p.Name()] = s.io[p.Name()].Add(s.blockStats(b).Sub(before))
+	s.cpu[p.Name()] += s.cpuTime(b) - cpu
 	s.watchTerm(b, "during "+p.Name())
 	s.results[p.Name()] = append(s.results[p.Name()], r)
 	b.Logf("%s %s: %.0f/s, p50 %v, p99 %v", s.name, p.Name(), r.Throughput(),
 		r.Percentile(0.5).Round(100*time.Microsecond), r.Percentile(0.99).Round(100*time.Microsecond))
+}
+
+// idleTurn resumes s for half a turn with no load and adds the host CPU
+// its members used to s.idle: the cost of what runs when nobody asks
+// anything (timers, watchers, the runtime's wake-ups), which a loaded
+// turn pays too, on cores the three VMs share.
+func (s *side) idleTurn(b *testing.B) {
+	s.resumed(b)
+	defer s.pause(b)
+	cpu, start := s.cpuTime(b), time.Now()
+	time.Sleep(etcdTurn / 2)
+	s.idle += s.cpuTime(b) - cpu
+	s.idleFor += time.Since(start)
+}
+
+// cpuTime is the host CPU time all of s's VMs have used.
+func (s *side) cpuTime(b *testing.B) time.Duration {
+	var sum time.Duration
+	for _, vm := range s.vms {
+		t, err := vm.CPUTime()
+		if err != nil {
+			b.Fatalf("%s: %v", s.name, err)
+		}
+		sum += t
+	}
+	return sum
 }
 
 // blockStats are the I/O counts of all of s's disks together.
@@ -288,6 +323,8 @@ func report(b *testing.B, sides []*side) {
 				turnRatios(s.results[name], floor.results[name], func(r load.Result) float64 { return ms(r.Percentile(0.99)) }))
 			b.Logf("%-10s %-9s disk I/O per request, all members: %s; the floor's: %s", name, s.name,
 				perRequest(s.io[name], len(bo.Latencies)), perRequest(floor.io[name], len(fl.Latencies)))
+			b.Logf("%-10s %-9s host CPU per request, all members: %.2f ms; the floor's: %.2f ms", name, s.name,
+				ms(s.cpu[name])/float64(max(len(bo.Latencies), 1)), ms(floor.cpu[name])/float64(max(len(fl.Latencies), 1)))
 			b.ReportMetric(bo.Throughput(), "req/s-"+s.name+"-"+name)
 			b.ReportMetric(ratio[0], "x-req/s-"+s.name+"-"+name)
 			b.ReportMetric(ratio[2], "x-p99-"+s.name+"-"+name)
@@ -295,6 +332,7 @@ func report(b *testing.B, sides []*side) {
 		b.ReportMetric(fl.Throughput(), "req/s-floor-"+name)
 	}
 	for _, s := range sides {
+		b.Logf("%s: host CPU at idle, all members: %.1f%% of a core", s.name, 100*s.idle.Seconds()/s.idleFor.Seconds())
 		b.Logf("%s: etcdctl check perf %s", s.name, strings.Join(s.perf, " | "))
 		b.Logf("%s: elections: %s", s.name, cmp.Or(strings.Join(s.elections, "; "), "none"))
 	}
