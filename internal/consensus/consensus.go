@@ -90,10 +90,13 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Ports of every member.
+// Ports of every member. HTTPPort is etcd's HTTP endpoints (health,
+// version, its own metrics), which nothing outside the node needs, on the
+// loopback only.
 const (
 	ClientPort = 2379
 	PeerPort   = 2380
+	HTTPPort   = 2381
 )
 
 // MaxLearners is how many learners the cluster allows at once.
@@ -141,7 +144,8 @@ type Config struct {
 	// IP is the address other members and remote clients reach.
 	IP netip.Addr
 	// ListenIP is the address etcd listens on; zero means every address
-	// (remote clients may come through another link than peers).
+	// (remote clients may come through another link than peers) and the
+	// loopback for HTTPPort.
 	ListenIP netip.Addr
 	// Mode says how the member starts.
 	Mode Mode
@@ -178,15 +182,20 @@ func (c Config) embed() *embed.Config {
 	host := netip.AddrPortFrom(c.IP, PeerPort).String()
 	peer := url.URL{Scheme: "https", Host: host}
 	client := url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, ClientPort).String()}
-	listen := "0.0.0.0"
+	listen, loopback := "0.0.0.0", "127.0.0.1"
 	if c.ListenIP.IsValid() {
-		listen = c.ListenIP.String()
+		listen, loopback = c.ListenIP.String(), c.ListenIP.String()
 	}
 	ec.ListenPeerUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(listen, strconv.Itoa(PeerPort))}}
 	ec.AdvertisePeerUrls = []url.URL{peer}
 	ec.ListenClientUrls = []url.URL{
 		{Scheme: "https", Host: net.JoinHostPort(listen, strconv.Itoa(ClientPort))},
 	}
+	// gRPC alone on the client port, served by gRPC's own transport: on
+	// a shared port etcd serves gRPC through net/http's HTTP/2 server
+	// (grpc.Server.ServeHTTP), which costs more per request
+	// (docs/decisions.md, "gRPC on a port of its own").
+	ec.ListenClientHttpUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(loopback, strconv.Itoa(HTTPPort))}}
 	ec.AdvertiseClientUrls = []url.URL{client}
 	ec.InitialCluster = c.initialCluster(peer.String())
 	ec.InitialClusterToken = c.Cluster

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,21 +80,34 @@ func TestConsensus(t *testing.T) {
 		}
 	}
 
-	// The client port serves etcd's HTTP health check, but not the gRPC
-	// gateway's HTTP/JSON API.
+	// etcd's HTTP health check is served on HTTPPort, on the member's
+	// listening address (the loopback on a node), and the gRPC
+	// gateway's HTTP/JSON API nowhere; the client port speaks gRPC alone.
 	web := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(owner)}}
+	httpURL := "https://" + net.JoinHostPort("127.0.0.9", strconv.Itoa(HTTPPort))
 	for _, req := range []struct {
-		method, path string
-		want         int
-	}{{"GET", "/health", http.StatusOK}, {"POST", "/v3/kv/range", http.StatusNotFound}} {
-		r, _ := http.NewRequestWithContext(ctx, req.method, "https://127.0.0.9:2379"+req.path, strings.NewReader(`{"key":"aw=="}`))
+		method, url string
+		want        int
+	}{
+		{"GET", httpURL + "/health", http.StatusOK},
+		{"POST", httpURL + "/v3/kv/range", http.StatusNotFound},
+		{"GET", "https://127.0.0.9:2379/health", 0},
+	} {
+		r, _ := http.NewRequestWithContext(ctx, req.method, req.url, strings.NewReader(`{"key":"aw=="}`))
 		resp, err := web.Do(r)
+		if req.want == 0 {
+			if err == nil {
+				resp.Body.Close()
+				t.Errorf("%s %s: status %d, want no HTTP/1 on the gRPC port", req.method, req.url, resp.StatusCode)
+			}
+			continue
+		}
 		if err != nil {
-			t.Fatalf("%s %s: %v", req.method, req.path, err)
+			t.Fatalf("%s %s: %v", req.method, req.url, err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != req.want {
-			t.Errorf("%s %s: status %d, want %d", req.method, req.path, resp.StatusCode, req.want)
+			t.Errorf("%s %s: status %d, want %d", req.method, req.url, resp.StatusCode, req.want)
 		}
 	}
 
