@@ -175,12 +175,15 @@ func appClient(t *testing.T, ca *x509.Certificate, cred *pki.Cert) *clientv3.Cli
 	return c
 }
 
-// handshake connects to addr with cred and reads: it returns the alert
-// of a server that refused cred, or nil if none came within a second.
+// handshake connects to addr with cred, as a gRPC client (ALPN h2), and
+// reads: it returns the alert of a server that refused cred, or the end
+// of a connection it hung up, or nil if the server spoke (gRPC's server
+// sends its HTTP/2 settings first) or said nothing within a second (the
+// peer port waits for the client).
 func handshake(cred *pki.Cert, ca *x509.Certificate, addr string) error {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
-	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.31",
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.31", NextProtos: []string{"h2"},
 		Certificates: []tls.Certificate{{Certificate: [][]byte{cred.Cert.Raw}, PrivateKey: cred.Key}}})
 	if err != nil {
 		return err
