@@ -182,9 +182,9 @@ func (c Config) embed() *embed.Config {
 	host := netip.AddrPortFrom(c.IP, PeerPort).String()
 	peer := url.URL{Scheme: "https", Host: host}
 	client := url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, ClientPort).String()}
-	listen, loopback := "0.0.0.0", "127.0.0.1"
+	listen, httpHost := "0.0.0.0", "127.0.0.1"
 	if c.ListenIP.IsValid() {
-		listen, loopback = c.ListenIP.String(), c.ListenIP.String()
+		listen, httpHost = c.ListenIP.String(), c.ListenIP.String()
 	}
 	ec.ListenPeerUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(listen, strconv.Itoa(PeerPort))}}
 	ec.AdvertisePeerUrls = []url.URL{peer}
@@ -195,7 +195,7 @@ func (c Config) embed() *embed.Config {
 	// a shared port etcd serves gRPC through net/http's HTTP/2 server
 	// (grpc.Server.ServeHTTP), which costs more per request
 	// (docs/decisions.md, "gRPC on a port of its own").
-	ec.ListenClientHttpUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(loopback, strconv.Itoa(HTTPPort))}}
+	ec.ListenClientHttpUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(httpHost, strconv.Itoa(HTTPPort))}}
 	ec.AdvertiseClientUrls = []url.URL{client}
 	ec.InitialCluster = c.initialCluster(peer.String())
 	ec.InitialClusterToken = c.Cluster
