@@ -312,7 +312,8 @@ func (mg *Manager) learnerForGood() bool {
 	return t != nil && t.GetRole() == enrolmentpb.Role_ROLE_LEARNER
 }
 
-// reportPromotion logs when a learner becomes a voter.
+// reportPromotion logs when a learner becomes a voter; a learner
+// removed is no learner either, and no voter.
 func (mg *Manager) reportPromotion(ctx context.Context, c *consensus.Consensus) {
 	if !c.IsLearner() || mg.learnerForGood() {
 		return
@@ -324,7 +325,9 @@ func (mg *Manager) reportPromotion(ctx context.Context, c *consensus.Consensus) 
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	mg.log.Info("promoted to voter")
+	if !c.Removed() {
+		mg.log.Info("promoted to voter")
+	}
 }
 
 // joinOwner is the owner the node trusts once it joined: the one its

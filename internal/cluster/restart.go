@@ -131,22 +131,26 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *Record) (*consensus.
 	}
 }
 
+// leaderCheckEvery is how often watchRemoval asks the member's leader to
+// confirm it, and how long it waits for the answer.
+const leaderCheckEvery = 5 * time.Second
+
 // watchRemoval asks the peers whether the cluster removed this node once
-// its member has known no leader for statusAfter, and returns
-// consensus.ErrRemoved when one says so. A removal revokes the node's
-// certificate first: the peers can put the revocation in force and refuse
-// the member before the removal reaches it, and a member cut off so never
-// learns it from etcd.
+// its member has been without a leader that confirms it (leads) for
+// statusAfter, and returns consensus.ErrRemoved when one says so. A
+// removal revokes the node's certificate first: the peers can put the
+// revocation in force and refuse the member before the removal reaches
+// it, and a member cut off so never learns it from etcd.
 func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, self string) error {
 	var since time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Second):
+		case <-time.After(leaderCheckEvery):
 		}
 		switch {
-		case c.HasLeader():
+		case leads(ctx, c):
 			since = time.Time{}
 			continue
 		case since.IsZero():
@@ -156,11 +160,28 @@ func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, sel
 			continue
 		}
 		since = time.Now()
-		if removed, err := mg.askStatus(ctx, self); err == nil && removed {
-			mg.log.Warn("this member knows no leader, and a peer says the cluster removed it")
+		removed, err := mg.askStatus(ctx, self)
+		switch {
+		case err != nil:
+			mg.log.Warn("this member has no leader that confirms it, and no peer says whether the cluster removed it", "err", err)
+		case removed:
+			mg.log.Warn("this member has no leader that confirms it, and a peer says the cluster removed it")
 			return consensus.ErrRemoved
 		}
 	}
+}
+
+// leads says whether c has a leader that confirms it within
+// leaderCheckEvery. Knowing a leader is not enough: a learner never
+// campaigns, so a learner removed while its peers refused it keeps
+// naming the leader that dropped it.
+func leads(ctx context.Context, c *consensus.Consensus) bool {
+	if !c.HasLeader() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaderCheckEvery)
+	defer cancel()
+	return c.LeaderConfirms(ctx) == nil
 }
 
 // askStatus asks the peers in the member directory whether the cluster

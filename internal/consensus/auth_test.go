@@ -22,7 +22,7 @@ func TestAuthChurn(t *testing.T) {
 	tc := newTestCA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, done := run(t, ctx, tc.member("n1", "127.0.0.12", ModeNew))
+	c, done, _ := run(t, ctx, tc.member("n1", "127.0.0.12", ModeNew))
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if st, err := c.Client.AuthStatus(ctx); err == nil && st.Enabled {
 			break

@@ -365,10 +365,22 @@ func (c *Consensus) Removed() bool {
 	return c.etcd.Server.IsIDRemoved(c.MemberID())
 }
 
-// HasLeader says whether this member knows a leader: a member cut off
-// from its peers soon knows none.
+// HasLeader says whether this member knows a leader: a voter cut off
+// from its peers soon knows none. A learner never campaigns, so one cut
+// off keeps naming its last leader: ask LeaderConfirms.
 func (c *Consensus) HasLeader() bool {
 	return c.etcd.Server.Leader() != 0
+}
+
+// LeaderConfirms waits, until ctx ends, for the leader to confirm that it
+// still leads this member, as a linearizable read does (raft's ReadIndex).
+// It fails for a member the leader no longer counts, whether or not the
+// member still names it.
+func (c *Consensus) LeaderConfirms(ctx context.Context) error {
+	if err := c.etcd.Server.LinearizableReadNotify(ctx); err != nil {
+		return fmt.Errorf("the leader did not confirm this member's read index: %w", err)
+	}
+	return nil
 }
 
 // IsLearner says whether this member is a learner. A member the cluster

@@ -37,7 +37,7 @@ func TestConsensus(t *testing.T) {
 	defer cancel()
 	cfg := tc.member("n1", "127.0.0.9", ModeNew)
 	files := cfg.PKI
-	c, _ := run(t, ctx, cfg)
+	c, _, _ := run(t, ctx, cfg)
 
 	if _, err := c.Client.Put(ctx, "k", "v"); err != nil {
 		t.Fatalf("put through the in-process client: %v", err)
@@ -145,6 +145,31 @@ func TestConsensus(t *testing.T) {
 	}
 }
 
+// TestLeaderConfirms runs a voter and a learner, then stops the voter:
+// the learner, which never campaigns, still names its leader, and only
+// LeaderConfirms says the leader is gone.
+func TestLeaderConfirms(t *testing.T) {
+	tc := newTestCA(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leader, _, stopLeader := run(t, ctx, tc.member("n1", "127.0.0.13", ModeNew))
+	cfg, _ := tc.learner(ctx, leader, "n2", "127.0.0.14")
+	learner, _, _ := run(t, ctx, cfg)
+	confirms := func() error {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		return learner.LeaderConfirms(ctx)
+	}
+	if err := confirms(); err != nil || !learner.HasLeader() {
+		t.Fatalf("the learner beside its running leader: has a leader %v, confirmed: %v", learner.HasLeader(), err)
+	}
+	stopLeader()
+	time.Sleep(3 * time.Second)
+	if err := confirms(); err == nil || !learner.HasLeader() {
+		t.Fatalf("the learner after its leader stopped: has a leader %v, confirmed: %v; want a leader named but not confirming", learner.HasLeader(), err)
+	}
+}
+
 func TestPromotable(t *testing.T) {
 	voter := func(n string) Member { return Member{ID: 1, Name: n} }
 	learner := func(n string) Member { return Member{ID: 2, Name: n, Learner: true} }
@@ -208,22 +233,38 @@ func newTestCA(t *testing.T) *testCA {
 // certificate files written. Each test's members have their own loopback
 // addresses, apart from other packages' tests that run etcd at the same
 // time.
-// run starts a member with cfg and runs it until the test ends; done
-// says how Run ended, should it end before.
-func run(t *testing.T, ctx context.Context, cfg Config) (c *Consensus, done <-chan error) {
+// run starts a member with cfg and runs it until the test ends or stop
+// is called; done says how Run ended.
+func run(t *testing.T, ctx context.Context, cfg Config) (c *Consensus, done <-chan error, stop func()) {
 	t.Helper()
 	c, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	ended := make(chan error, 1)
-	go func() { ended <- c.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		<-ended
-	})
-	return c, ended
+	runCtx, cancel := context.WithCancel(ctx)
+	ended, finished := make(chan error, 1), make(chan struct{})
+	go func() { ended <- c.Run(runCtx); close(finished) }()
+	stop = func() {
+		cancel()
+		<-finished
+	}
+	t.Cleanup(stop)
+	return c, ended, stop
+}
+
+// learner adds a learner named name at ip to the cluster of first, and
+// returns its config and member ID.
+func (tc *testCA) learner(ctx context.Context, first *Consensus, name, ip string) (Config, uint64) {
+	tc.t.Helper()
+	add, err := first.Client.MemberAddAsLearner(ctx, []string{"https://" + ip + ":2380"})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	cfg := tc.member(name, ip, ModeJoin)
+	for _, m := range add.Members {
+		cfg.Peers = append(cfg.Peers, Peer{Name: m.Name, PeerURLs: m.PeerURLs})
+	}
+	return cfg, add.Member.ID
 }
 
 func (tc *testCA) member(name, ip string, mode Mode) Config {

@@ -34,30 +34,9 @@ func TestRetime(t *testing.T) {
 	defer cancel()
 	alone := tc.member("n1", "127.0.0.11", ModeNew)
 	alone.Alone = true
-	first, err := Start(ctx, alone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- first.Run(ctx) }()
-
-	add, err := first.Client.MemberAddAsLearner(ctx, []string{"https://127.0.0.12:2380"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := tc.member("n2", "127.0.0.12", ModeJoin)
-	for _, m := range add.Members {
-		cfg.Peers = append(cfg.Peers, Peer{Name: m.Name, PeerURLs: m.PeerURLs})
-	}
-	second, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Run closes the member when it ends.
-	runCtx, stopSecond := context.WithCancel(ctx)
-	secondDone := make(chan struct{})
-	go func() { _ = second.Run(runCtx); close(secondDone) }()
-	defer func() { stopSecond(); <-secondDone }()
+	first, done, _ := run(t, ctx, alone)
+	cfg, id := tc.learner(ctx, first, "n2", "127.0.0.12")
+	second, _, _ := run(t, ctx, cfg)
 	newCRL, err := tc.ca.CRL(2, nil, tc.now)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +60,7 @@ func TestRetime(t *testing.T) {
 	// The member started alone does not promote the learner (a second
 	// voter is not the policy's); the test does, as another node would.
 	for {
-		_, err := first.Client.MemberPromote(ctx, add.Member.ID)
+		_, err := first.Client.MemberPromote(ctx, id)
 		if err == nil {
 			break
 		}
