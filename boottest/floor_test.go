@@ -20,6 +20,7 @@ import (
 	"github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/borough-os/borough/internal/initramfs"
 	"github.com/borough-os/borough/internal/partition"
@@ -51,6 +52,8 @@ type floor struct {
 	Etcd string
 	GDB  []string
 	tls  *tls.Config
+	// opts start each member's VM again (Restart).
+	opts []qemu.Options
 }
 
 // userAddr is the address QEMU's user network forwards the host's ports
@@ -91,12 +94,9 @@ func startFloor(t testing.TB, n, memoryMiB int, dataSize int64, params ...string
 			Forwards: []qemu.Forward{{Host: port, Guest: 2379}}, LAN: &qemu.LAN{Hub: hub.Path(), MAC: multinode.MAC(i)},
 			GDB: filepath.Join(vmDir, "gdb.sock"),
 		}
-		f.GDB = append(f.GDB, opts.GDB)
-		vm, err := qemu.Start(context.Background(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.VMs = append(f.VMs, vm)
+		f.GDB, f.opts = append(f.GDB, opts.GDB), append(f.opts, opts)
+		f.VMs = append(f.VMs, nil)
+		f.Restart(t, i)
 		f.Endpoints = append(f.Endpoints, net.JoinHostPort("127.0.0.1", fmt.Sprint(port)))
 	}
 	f.Env["ETCDCTL_ENDPOINTS"] = "https://" + strings.Join(f.Endpoints, ",https://")
@@ -135,9 +135,30 @@ func (f *floor) client(t testing.TB, ca *pki.CA, dir string) {
 	}
 }
 
+// Restart powers member i on (again), with its disks as they are.
+func (f *floor) Restart(t testing.TB, i int) {
+	t.Helper()
+	vm, err := qemu.Start(context.Background(), f.opts[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.VMs[i] = vm
+}
+
 // Dial connects to one member, as load.Dial.
-func (f *floor) Dial(endpoint string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: []string{"https://" + endpoint}, TLS: f.tls, DialTimeout: 10 * time.Second})
+func (f *floor) Dial(endpoint string) (*clientv3.Client, error) { return f.dial(endpoint) }
+
+// Client connects to every member.
+func (f *floor) Client() (*clientv3.Client, error) { return f.dial(f.Endpoints...) }
+
+func (f *floor) dial(endpoints ...string) (*clientv3.Client, error) {
+	var urls []string
+	for _, ep := range endpoints {
+		urls = append(urls, "https://"+ep)
+	}
+	// Failures come back as errors; the client's own retry log would
+	// only repeat them on stderr.
+	return clientv3.New(clientv3.Config{Endpoints: urls, TLS: f.tls, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 }
 
 // awaitWrites waits until a put through each member is accepted.
