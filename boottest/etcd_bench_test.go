@@ -87,7 +87,8 @@ type side struct {
 // change), that image runs too, as a third side, "baseline", in the same
 // turns: a change measured against what it changes, in one run. With
 // BOROUGH_BENCH_PROFILE naming a directory, one more turn, not counted,
-// samples each side's leader under each load (profileTurn).
+// samples every member of each side under each load and at idle
+// (profileTurn).
 func BenchmarkAgainstEtcd(b *testing.B) {
 	config := b.TempDir()
 	cli(b, "--config", config, "owner", "init")

@@ -25,10 +25,11 @@ var profileParams = []string{"nokaslr"}
 // profileSample is the time between samples: a 10 s turn gives 2000.
 const profileSample = 5 * time.Millisecond
 
-// profileTurn runs each load once more on each profiled side, sampling
-// its leader's virtual CPU (guestprof), and writes a report per side and
-// load to dir: where the leader's time goes, by kernel and Go function,
-// Borough's beside the floor's. Sampling stops the VM every few
+// profileTurn runs each load once more on each profiled side, and a turn
+// with no load, sampling every member's virtual CPU (guestprof), and
+// writes a report per side, load and member to dir: where each member's
+// time goes, by kernel and Go function, Borough's beside the floor's, the
+// leader's and the followers'. Sampling stops the VMs every few
 // milliseconds, so these turns are not among those measured.
 func profileTurn(b *testing.B, sides []*side, dir string) {
 	f, err := os.Open(filepath.Join(outDir(b), "System.map"))
@@ -43,18 +44,31 @@ func profileTurn(b *testing.B, sides []*side, dir string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	for _, p := range etcdLoads {
-		for _, s := range sides {
-			if s.bins != nil {
-				s.profile(b, p, kernel, filepath.Join(dir, s.name+"-"+p.Name()+".txt"))
-			}
+	for _, s := range sides {
+		if s.bins == nil {
+			continue
 		}
+		for _, p := range etcdLoads {
+			s.profile(b, kernel, dir, p.Name(), func() string {
+				r, err := load.Run(context.Background(), s.dial, s.endpoints, p)
+				if err != nil {
+					b.Fatalf("%s: profiling %s: %v", s.name, p.Name(), err)
+				}
+				return fmt.Sprintf("%.0f requests/s, p50 %v, p99 %v", r.Throughput(),
+					r.Percentile(0.5).Round(100*time.Microsecond), r.Percentile(0.99).Round(100*time.Microsecond))
+			})
+		}
+		s.profile(b, kernel, dir, "idle", func() string {
+			time.Sleep(etcdTurn)
+			return fmt.Sprintf("no load for %v", etcdTurn)
+		})
 	}
 }
 
-// profile runs p on s, resumed for it, while sampling its leader, and
-// writes the report to path.
-func (s *side) profile(b *testing.B, p load.Params, kernel *guestprof.KernelSymbols, path string) {
+// profile runs work on s, resumed for it, while sampling each member, and
+// writes a report per member to dir, named for s, what and the member's
+// role; work says what it did, for the reports' first line.
+func (s *side) profile(b *testing.B, kernel *guestprof.KernelSymbols, dir, what string, work func() string) {
 	s.resumed(b)
 	defer s.pause(b)
 	leader := s.leader(b)
@@ -63,18 +77,34 @@ func (s *side) profile(b *testing.B, p load.Params, kernel *guestprof.KernelSymb
 		samples []guestprof.Sample
 		err     error
 	}
-	done := make(chan recorded, 1)
-	go func() {
-		samples, err := guestprof.Record(ctx, s.gdb[leader], profileSample)
-		done <- recorded{samples, err}
-	}()
-	r, err := load.Run(context.Background(), s.dial, s.endpoints, p)
-	cancel()
-	rec := <-done
-	if err != nil || rec.err != nil {
-		b.Fatalf("%s: profiling %s: %v %v", s.name, p.Name(), err, rec.err)
+	done := make([]chan recorded, len(s.gdb))
+	for i, sock := range s.gdb {
+		done[i] = make(chan recorded, 1)
+		go func() {
+			samples, err := guestprof.Record(ctx, sock, profileSample)
+			done[i] <- recorded{samples, err}
+		}()
 	}
-	report, err := guestprof.Analyze(rec.samples, kernel, s.bins)
+	did := work()
+	cancel()
+	for i := range s.gdb {
+		rec := <-done[i]
+		if rec.err != nil {
+			b.Fatalf("%s: profiling member %d under %s: %v", s.name, i+1, what, rec.err)
+		}
+		role := fmt.Sprintf("follower%d", i+1)
+		if i == leader {
+			role = "leader"
+		}
+		s.writeProfile(b, kernel, rec.samples, filepath.Join(dir, s.name+"-"+what+"-"+role+".txt"),
+			fmt.Sprintf("%s, %s, sampled on member %d (%s): %s", s.name, what, i+1, role, did))
+	}
+	b.Logf("%s %s: every member's profile is in %s", s.name, what, dir)
+}
+
+// writeProfile writes the report of samples, headed by title, to path.
+func (s *side) writeProfile(b *testing.B, kernel *guestprof.KernelSymbols, samples []guestprof.Sample, path, title string) {
+	report, err := guestprof.Analyze(samples, kernel, s.bins)
 	if err != nil {
 		b.Fatalf("%s: %v", s.name, err)
 	}
@@ -83,12 +113,10 @@ func (s *side) profile(b *testing.B, p load.Params, kernel *guestprof.KernelSymb
 		b.Fatal(err)
 	}
 	defer out.Close()
-	fmt.Fprintf(out, "%s, %s, sampled on its leader (member %d): %.0f requests/s, p50 %v, p99 %v\n", s.name, p.Name(), leader+1,
-		r.Throughput(), r.Percentile(0.5).Round(100*time.Microsecond), r.Percentile(0.99).Round(100*time.Microsecond))
+	fmt.Fprintln(out, title)
 	if err := report.Write(out, 60); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("%s %s: the leader's profile is in %s", s.name, p.Name(), path)
 }
 
 // leader is the index of the member that leads s: the one whose own ID
