@@ -269,6 +269,10 @@ var bootSteps = []struct{ name, line, phase string }{
 var (
 	consoleTime  = regexp.MustCompile(`(?m)^\[\s*(\d+\.\d+)\] (.*)$`)
 	timelineMark = regexp.MustCompile(`([a-z-]+)=(\d+\.\d+)\(`)
+	// timelineLine is a whole boot timeline line: the console shows a
+	// line as its characters arrive, and a line read before its end
+	// lacks its last phases.
+	timelineLine = regexp.MustCompile(`borough: boot timeline[^\n]*\n`)
 )
 
 // column is one boot's steps, in seconds from its QEMU start.
@@ -302,11 +306,11 @@ func bootPicture(columns []column) string {
 // stepTimes are n's bootSteps in its last boot, in seconds from its QEMU
 // start: the console's kernel times, moved by the node's QEMU start to
 // `node running` (RunningAt). The node prints its boot timeline just
-// after `node running`, so it waits for that line first.
+// after `node running`, so it waits for that whole line first.
 func stepTimes(b *testing.B, n *multinode.Node) map[string]float64 {
 	err := waitUntil(time.Minute, func() error {
-		if !strings.Contains(n.VM.Console(), "borough: boot timeline") {
-			return errors.New("no boot timeline on its console")
+		if !timelineLine.MatchString(n.VM.Console()) {
+			return errors.New("no whole boot timeline line on its console")
 		}
 		return nil
 	})
