@@ -73,6 +73,8 @@ func (s *side) profile(b *testing.B, kernel *guestprof.KernelSymbols, dir, what 
 	defer s.pause(b)
 	leader := s.leader(b)
 	ctx, cancel := context.WithCancel(context.Background())
+	// Stops the samplers should work fail the benchmark.
+	defer cancel()
 	type recorded struct {
 		samples []guestprof.Sample
 		err     error

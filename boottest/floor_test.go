@@ -95,8 +95,11 @@ func startFloor(t testing.TB, n, memoryMiB int, dataSize int64, params ...string
 			GDB: filepath.Join(vmDir, "gdb.sock"),
 		}
 		f.GDB, f.opts = append(f.GDB, opts.GDB), append(f.opts, opts)
-		f.VMs = append(f.VMs, nil)
-		f.Restart(t, i)
+		vm, err := qemu.Start(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.VMs = append(f.VMs, vm)
 		f.Endpoints = append(f.Endpoints, net.JoinHostPort("127.0.0.1", fmt.Sprint(port)))
 	}
 	f.Env["ETCDCTL_ENDPOINTS"] = "https://" + strings.Join(f.Endpoints, ",https://")
@@ -135,7 +138,8 @@ func (f *floor) client(t testing.TB, ca *pki.CA, dir string) {
 	}
 }
 
-// Restart powers member i on (again), with its disks as they are.
+// Restart powers member i on again, with its disks as they are, once its
+// VM is off (Kill).
 func (f *floor) Restart(t testing.TB, i int) {
 	t.Helper()
 	vm, err := qemu.Start(context.Background(), f.opts[i])

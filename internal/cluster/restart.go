@@ -131,12 +131,16 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *Record) (*consensus.
 	}
 }
 
-// leaderCheckEvery is how often watchRemoval asks the member's leader to
-// confirm it, and how long it waits for the answer.
-const leaderCheckEvery = 5 * time.Second
+// leaderCheckEvery is how often watchRemoval looks at the member's
+// leader; leaderConfirmWait how long it waits for a learner's leader to
+// confirm it.
+const (
+	leaderCheckEvery  = 5 * time.Second
+	leaderConfirmWait = 2 * time.Second
+)
 
 // watchRemoval asks the peers whether the cluster removed this node once
-// its member has been without a leader that confirms it (leads) for
+// its member has been without a leader that confirms it (hasLeader) for
 // statusAfter, and returns consensus.ErrRemoved when one says so. A
 // removal revokes the node's certificate first: the peers can put the
 // revocation in force and refuse the member before the removal reaches
@@ -149,12 +153,16 @@ func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, sel
 			return ctx.Err()
 		case <-time.After(leaderCheckEvery):
 		}
+		now := time.Now()
+		led := hasLeader(ctx, c)
 		switch {
-		case leads(ctx, c):
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case led:
 			since = time.Time{}
 			continue
 		case since.IsZero():
-			since = time.Now()
+			since = now
 			continue
 		case time.Since(since) < statusAfter:
 			continue
@@ -171,15 +179,19 @@ func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, sel
 	}
 }
 
-// leads says whether c has a leader that confirms it within
-// leaderCheckEvery. Knowing a leader is not enough: a learner never
-// campaigns, so a learner removed while its peers refused it keeps
-// naming the leader that dropped it.
-func leads(ctx context.Context, c *consensus.Consensus) bool {
+// hasLeader says whether c has a leader that confirms it. A voter cut off
+// campaigns and so knows no leader; a learner never campaigns, and one
+// removed while its peers refused it goes on naming the leader that
+// dropped it, so a learner's leader must confirm it within
+// leaderConfirmWait (a read index, which costs the leader a heartbeat).
+func hasLeader(ctx context.Context, c *consensus.Consensus) bool {
 	if !c.HasLeader() {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(ctx, leaderCheckEvery)
+	if !c.IsLearner() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaderConfirmWait)
 	defer cancel()
 	return c.LeaderConfirms(ctx) == nil
 }

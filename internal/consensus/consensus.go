@@ -374,8 +374,8 @@ func (c *Consensus) HasLeader() bool {
 
 // LeaderConfirms waits, until ctx ends, for the leader to confirm that it
 // still leads this member, as a linearizable read does (raft's ReadIndex).
-// It fails for a member the leader no longer counts, whether or not the
-// member still names it.
+// It fails for a member the cluster removed, whether or not the member
+// still names its leader: etcd drops a removed member's messages.
 func (c *Consensus) LeaderConfirms(ctx context.Context) error {
 	if err := c.etcd.Server.LinearizableReadNotify(ctx); err != nil {
 		return fmt.Errorf("the leader did not confirm this member's read index: %w", err)

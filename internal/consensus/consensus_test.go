@@ -229,10 +229,6 @@ func newTestCA(t *testing.T) *testCA {
 	return tc
 }
 
-// member is the config of a member named name at ip, with its
-// certificate files written. Each test's members have their own loopback
-// addresses, apart from other packages' tests that run etcd at the same
-// time.
 // run starts a member with cfg and runs it until the test ends or stop
 // is called; done says how Run ended.
 func run(t *testing.T, ctx context.Context, cfg Config) (c *Consensus, done <-chan error, stop func()) {
@@ -267,6 +263,10 @@ func (tc *testCA) learner(ctx context.Context, first *Consensus, name, ip string
 	return cfg, add.Member.ID
 }
 
+// member is the config of a member named name at ip, with its
+// certificate files written. Each test's members have their own loopback
+// addresses, apart from other packages' tests that run etcd at the same
+// time.
 func (tc *testCA) member(name, ip string, mode Mode) Config {
 	tc.t.Helper()
 	files := Files{Dir: filepath.Join(tc.dir, name, "pki")}
