@@ -140,7 +140,7 @@ const (
 )
 
 // watchRemoval asks the peers whether the cluster removed this node once
-// its member has been without a leader that confirms it (hasLeader) for
+// its member has been without a leader that leads it (consensus.Led) for
 // statusAfter, and returns consensus.ErrRemoved when one says so. A
 // removal revokes the node's certificate first: the peers can put the
 // revocation in force and refuse the member before the removal reaches
@@ -154,7 +154,7 @@ func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, sel
 		case <-time.After(leaderCheckEvery):
 		}
 		now := time.Now()
-		led := hasLeader(ctx, c)
+		led := c.Led(ctx, leaderConfirmWait)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -177,23 +177,6 @@ func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, sel
 			return consensus.ErrRemoved
 		}
 	}
-}
-
-// hasLeader says whether c has a leader that confirms it. A voter cut off
-// campaigns and so knows no leader; a learner never campaigns, and one
-// removed while its peers refused it goes on naming the leader that
-// dropped it, so a learner's leader must confirm it within
-// leaderConfirmWait (a read index, which costs the leader a heartbeat).
-func hasLeader(ctx context.Context, c *consensus.Consensus) bool {
-	if !c.HasLeader() {
-		return false
-	}
-	if !c.IsLearner() {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(ctx, leaderConfirmWait)
-	defer cancel()
-	return c.LeaderConfirms(ctx) == nil
 }
 
 // askStatus asks the peers in the member directory whether the cluster

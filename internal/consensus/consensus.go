@@ -367,16 +367,33 @@ func (c *Consensus) Removed() bool {
 
 // HasLeader says whether this member knows a leader: a voter cut off
 // from its peers soon knows none. A learner never campaigns, so one cut
-// off keeps naming its last leader: ask LeaderConfirms.
+// off keeps naming its last leader: ask Led.
 func (c *Consensus) HasLeader() bool {
 	return c.etcd.Server.Leader() != 0
 }
 
-// LeaderConfirms waits, until ctx ends, for the leader to confirm that it
+// Led says whether a leader leads this member: for a voter, one it knows
+// (a voter cut off campaigns, and knows none); for a learner, which
+// never campaigns and goes on naming a leader that dropped it, one that
+// confirms it within wait (a read index, which costs the leader a
+// heartbeat).
+func (c *Consensus) Led(ctx context.Context, wait time.Duration) bool {
+	if !c.HasLeader() {
+		return false
+	}
+	if !c.IsLearner() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return c.leaderConfirms(ctx) == nil
+}
+
+// leaderConfirms waits, until ctx ends, for the leader to confirm that it
 // still leads this member, as a linearizable read does (raft's ReadIndex).
 // It fails for a member the cluster removed, whether or not the member
 // still names its leader: etcd drops a removed member's messages.
-func (c *Consensus) LeaderConfirms(ctx context.Context) error {
+func (c *Consensus) leaderConfirms(ctx context.Context) error {
 	if err := c.etcd.Server.LinearizableReadNotify(ctx); err != nil {
 		return fmt.Errorf("the leader did not confirm this member's read index: %w", err)
 	}

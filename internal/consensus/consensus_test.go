@@ -147,7 +147,7 @@ func TestConsensus(t *testing.T) {
 
 // TestLeaderConfirms runs a voter and a learner, then stops the voter:
 // the learner, which never campaigns, still names its leader, and only
-// LeaderConfirms says the leader is gone.
+// leaderConfirms (Led's check for a learner) says the leader is gone.
 func TestLeaderConfirms(t *testing.T) {
 	tc := newTestCA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -158,15 +158,21 @@ func TestLeaderConfirms(t *testing.T) {
 	confirms := func() error {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		return learner.LeaderConfirms(ctx)
+		return learner.leaderConfirms(ctx)
 	}
 	if err := confirms(); err != nil || !learner.HasLeader() {
 		t.Fatalf("the learner beside its running leader: has a leader %v, confirmed: %v", learner.HasLeader(), err)
+	}
+	if !learner.Led(ctx, 3*time.Second) {
+		t.Fatal("the learner beside its running leader is not led")
 	}
 	stopLeader()
 	time.Sleep(3 * time.Second)
 	if err := confirms(); err == nil || !learner.HasLeader() {
 		t.Fatalf("the learner after its leader stopped: has a leader %v, confirmed: %v; want a leader named but not confirming", learner.HasLeader(), err)
+	}
+	if learner.Led(ctx, 3*time.Second) {
+		t.Fatal("the learner after its leader stopped is led")
 	}
 }
 
