@@ -81,10 +81,6 @@ func node() int {
 		log.Warn("the boot timeline will have the node's phases only", "err", err)
 	}
 	tl.Mark(timeline.Node)
-	go func() {
-		<-tl.Reached(timeline.Running)
-		bootgc.Lift()
-	}()
 	logSecureBoot(log)
 	logLockdown(log)
 	hw := reportHardware(log)
@@ -93,6 +89,11 @@ func node() int {
 		return fatal(log, err)
 	}
 	updates := updater.Start(log.With(console.ServiceKey, "update"), updater.NodePaths(storage.ESPRoot), st.Disk.ESPPartition)
+	go func() {
+		<-tl.Reached(timeline.Running)
+		bootgc.Lift()
+		updates.CheckPCR4()
+	}()
 	if st.Fresh() {
 		if enrolled, err := secureboot.Enrol(storage.ESPRoot, efivar.Dir); err != nil {
 			return fatal(log, err)

@@ -25,15 +25,18 @@ var ErrNotInLog = errors.New("the event log shows no application with the runnin
 
 // PredictPCR4 returns the SHA-256 PCR 4 a boot would have that ran the
 // same way as the one log records, but started the boot binary next where
-// it started running. running and next are boot binaries (PE images).
+// it started running. running and next are boot binaries (PE images); nil
+// next is running again, hashed once.
 func PredictPCR4(log, running, next []byte) ([]byte, error) {
 	was, err := Authenticode(running)
 	if err != nil {
 		return nil, fmt.Errorf("the running boot binary: %w", err)
 	}
-	will, err := Authenticode(next)
-	if err != nil {
-		return nil, fmt.Errorf("the new boot binary: %w", err)
+	will := was
+	if next != nil {
+		if will, err = Authenticode(next); err != nil {
+			return nil, fmt.Errorf("the new boot binary: %w", err)
+		}
 	}
 	return Replay4(log, was, will)
 }

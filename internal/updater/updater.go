@@ -168,16 +168,11 @@ func (u *Updater) UseLedger(l *espledger.Ledger) {
 	}
 }
 
-// UseSeals makes book the sealer of the node's keys (nil: no TPM in use),
-// and checks, off the boot path (it reads the whole boot binary), that
-// PCR 4 can be predicted.
+// UseSeals makes book the sealer of the node's keys (nil: no TPM in use).
 func (u *Updater) UseSeals(book *seals.Book) {
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	u.seals = book
-	u.mu.Unlock()
-	if book != nil {
-		go u.checkPCR4(book)
-	}
 }
 
 func (u *Updater) armWatchdog() {
@@ -305,9 +300,6 @@ func (u *Updater) predictPCRs(book *seals.Book, next []byte) (map[uint][]byte, e
 	if err != nil {
 		return nil, err
 	}
-	if next == nil {
-		next = running
-	}
 	pcr4, err := measure.PredictPCR4(log, running, next)
 	if err != nil {
 		return nil, err
@@ -317,9 +309,19 @@ func (u *Updater) predictPCRs(book *seals.Book, next []byte) (map[uint][]byte, e
 	return pcrs, nil
 }
 
-// checkPCR4 predicts this boot's PCR 4 as an update predicts a new boot
-// binary's, and says whether the prediction holds.
-func (u *Updater) checkPCR4(book *seals.Book) {
+// CheckPCR4 predicts this boot's PCR 4 as an update predicts a new boot
+// binary's, and says whether the prediction holds; without a TPM in use
+// it does nothing. The node calls it once it runs: it reads and hashes the
+// whole boot binary, most of a second of a node's one CPU under TCG, which
+// a boot spent on it while bringing the node up (docs/decisions.md, "The
+// PCR 4 check after the boot").
+func (u *Updater) CheckPCR4() {
+	u.mu.Lock()
+	book := u.seals
+	u.mu.Unlock()
+	if book == nil {
+		return
+	}
 	if err := u.checkPrediction(book); err != nil {
 		u.log.Warn("PCR 4 cannot be predicted from the event log: an update could not seal keys to a new boot binary", "err", err)
 		return
