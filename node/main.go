@@ -51,6 +51,13 @@ const roleNode = "node"
 // stopTimeout bounds how long services get to stop at shutdown.
 const stopTimeout = 10 * time.Second
 
+// pcr4CheckAfter is how long the node runs before it checks that PCR 4
+// can be predicted (updater.CheckPCR4), which hashes the whole boot
+// binary: its first seconds are its cluster's first requests after a
+// restart and the start of its services (docs/decisions.md, "The PCR 4
+// check after the boot").
+const pcr4CheckAfter = 10 * time.Second
+
 func main() {
 	role := ""
 	if len(os.Args) > 1 {
@@ -92,6 +99,7 @@ func node() int {
 	go func() {
 		<-tl.Reached(timeline.Running)
 		bootgc.Lift()
+		time.Sleep(pcr4CheckAfter)
 		updates.CheckPCR4()
 	}()
 	if st.Fresh() {
