@@ -4,7 +4,6 @@ package boottest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -228,54 +227,28 @@ func coldRestart(b *testing.B, c *multinode.Cluster) (write, running time.Durati
 	return write, running
 }
 
-// firstWrite puts a key through the cluster until one put is accepted,
-// starting an attempt every writeEvery through a new client, each given
-// writeTimeout. Attempts overlap: a client that dialed before any member
-// listened waits out gRPC's reconnection backoff (a second) and would
-// round the time up by as much, where the next attempt's client dials
-// afresh. A member's etcd keeps connections waiting until it is ready, so
-// attempts made before cost the members nothing.
+// firstWrite puts a key through the cluster every 100 ms, each time
+// through a new client (a client whose connections broke waits out gRPC's
+// reconnection backoff, seconds that are not the cluster's), until one is
+// accepted.
 func firstWrite(dial func() (*clientv3.Client, error), start time.Time) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	results := make(chan error)
-	every := time.NewTicker(writeEvery)
-	defer every.Stop()
-	deadline := time.After(multinode.RunTimeout - time.Since(start))
-	err := errors.New("no attempt ended")
-	for {
-		select {
-		case <-every.C:
-			cl, derr := dial()
-			if derr != nil {
-				return derr
-			}
-			go func() {
-				defer cl.Close()
-				attempt, stop := context.WithTimeout(ctx, writeTimeout)
-				_, err := cl.Put(attempt, "cold-restart", start.String())
-				stop()
-				select {
-				case results <- err:
-				case <-ctx.Done():
-				}
-			}()
-		case err = <-results:
-			if err == nil {
-				return nil
-			}
-		case <-deadline:
+	var err error
+	for time.Since(start) < multinode.RunTimeout {
+		var cl *clientv3.Client
+		if cl, err = dial(); err != nil {
 			return err
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err = cl.Put(ctx, "cold-restart", start.String())
+		cancel()
+		cl.Close()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
+	return err
 }
-
-// writeEvery and writeTimeout pace firstWrite's attempts: at most four
-// clients at once.
-const (
-	writeEvery   = 250 * time.Millisecond
-	writeTimeout = time.Second
-)
 
 // bootSteps are what bootPicture places: a console line's time, by what
 // the line says, or a phase of the node's boot timeline.
