@@ -7,23 +7,26 @@ import (
 	"testing"
 )
 
-// TestClean makes real ext4 filesystems with the node's mke2fs arguments
-// and puts them, with debugfs, in each state that e2fsck must see.
-func TestClean(t *testing.T) {
+// TestSuperblockState makes real ext4 filesystems with the node's mke2fs
+// arguments and puts them, with debugfs, in each state the node must tell
+// apart: clean, what the kernel replays as it mounts, and what e2fsck must
+// see; recordsError must name those that record an error.
+func TestSuperblockState(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		debugfs string // a debugfs -w request, if any
-		damage  bool   // change a superblock byte without its checksum
-		want    bool
+		name      string
+		debugfs   string // a debugfs -w request, if any
+		damage    bool   // change a superblock byte without its checksum
+		want      fsState
+		withError bool
 	}{
-		{name: "new", want: true},
-		{name: "not unmounted cleanly", debugfs: "ssv state 0"},
-		{name: "errors recorded in the state", debugfs: "ssv state 3"},
-		{name: "orphans in recovery", debugfs: "ssv state 5"},
-		{name: "an error count", debugfs: "ssv error_count 1"},
-		{name: "a journal to replay", debugfs: "feature needs_recovery"},
-		{name: "orphans to delete", debugfs: "ssv last_orphan 12"},
-		{name: "a damaged superblock", damage: true},
+		{name: "new", want: fsClean},
+		{name: "not unmounted cleanly", debugfs: "ssv state 0", want: fsCheck},
+		{name: "errors recorded in the state", debugfs: "ssv state 3", want: fsCheck, withError: true},
+		{name: "orphans in recovery", debugfs: "ssv state 5", want: fsCheck, withError: true},
+		{name: "an error count", debugfs: "ssv error_count 1", want: fsCheck, withError: true},
+		{name: "a journal to replay", debugfs: "feature needs_recovery", want: fsReplay},
+		{name: "orphans to delete", debugfs: "ssv last_orphan 12", want: fsReplay},
+		{name: "a damaged superblock", damage: true, want: fsCheck},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			img := newExt4(t)
@@ -40,22 +43,28 @@ func TestClean(t *testing.T) {
 				}
 				f.Close()
 			}
-			if got := clean(img); got != tc.want {
-				t.Errorf("clean = %v, want %v", got, tc.want)
+			if got := superblockState(img); got != tc.want {
+				t.Errorf("superblockState = %v, want %v", got, tc.want)
+			}
+			if got := recordsError(img); got != tc.withError {
+				t.Errorf("recordsError = %v, want %v", got, tc.withError)
 			}
 		})
 	}
 }
 
-func TestCleanNotExt4(t *testing.T) {
+func TestSuperblockStateNotExt4(t *testing.T) {
 	dir := t.TempDir()
 	zeros := filepath.Join(dir, "zeros")
 	if err := os.WriteFile(zeros, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, dev := range []string{zeros, filepath.Join(dir, "missing")} {
-		if clean(dev) {
-			t.Errorf("clean(%s) = true", dev)
+		if got := superblockState(dev); got != fsCheck {
+			t.Errorf("superblockState(%s) = %v, want fsCheck", dev, got)
+		}
+		if !recordsError(dev) {
+			t.Errorf("recordsError(%s) = false", dev)
 		}
 	}
 }

@@ -297,13 +297,16 @@ func (s *Storage) unlock(cfg Config, k keyFiles, header *crypt.Header) (err erro
 	}
 	defer unmapOnError(&err)
 	mapped := time.Now()
-	e2fsck, err := fsck(s.log, dev)
+	state := superblockState(dev)
+	e2fsck, err := fsck(s.log, dev, state)
 	if err != nil {
 		return err
 	}
 	checked := time.Now()
-	if err := mountData(dev); err != nil {
+	if again, err := mountReplayed(s.log, dev, state); err != nil {
 		return err
+	} else if again {
+		e2fsck = true
 	}
 	s.log.Info("data volume unlocked and mounted", "path", DataRoot,
 		"unseal", unsealed.Sub(start).Round(time.Millisecond), "map", mapped.Sub(unsealed).Round(time.Millisecond),
@@ -377,10 +380,10 @@ func withPartition(dev string, fn func(crypt.Syncer) error) error {
 }
 
 // fsck checks the volume's filesystem and repairs what is safe to repair,
-// with e2fsck unless its superblock says it is clean (clean.go); ran says
-// whether e2fsck ran.
-func fsck(log *slog.Logger, dev string) (ran bool, err error) {
-	if clean(dev) {
+// with e2fsck unless its superblock says it is clean or has only its
+// journal to replay (clean.go); ran says whether e2fsck ran.
+func fsck(log *slog.Logger, dev string, state fsState) (ran bool, err error) {
+	if state != fsCheck {
 		return false, nil
 	}
 	err = run(log, e2fsck, "-p", dev)
@@ -394,6 +397,29 @@ func fsck(log *slog.Logger, dev string) (ran bool, err error) {
 		return true, fmt.Errorf("checking data volume: %w: it needs a manual e2fsck (README: Recovery)", err)
 	}
 	return true, nil
+}
+
+// mountReplayed mounts the volume, in state as fsck left it. A journal
+// left to replay, the kernel replays as it mounts; if that fails, or
+// leaves an error recorded, the volume gets what it got before the
+// kernel was trusted with the replay: e2fsck, and a second mount. again
+// says whether it did.
+func mountReplayed(log *slog.Logger, dev string, state fsState) (again bool, err error) {
+	err = mountData(dev)
+	if state != fsReplay || (err == nil && !recordsError(dev)) {
+		return false, err
+	}
+	if err == nil {
+		err = errors.New("the filesystem recorded an error")
+		if uerr := unix.Unmount(DataRoot, 0); uerr != nil {
+			return false, &os.PathError{Op: "unmount", Path: DataRoot, Err: uerr}
+		}
+	}
+	log.Warn("the kernel's replay of the data volume's journal did not leave it clean: checking it with e2fsck", "err", err)
+	if _, err := fsck(log, dev, fsCheck); err != nil {
+		return true, err
+	}
+	return true, mountData(dev)
 }
 
 // MkfsArgs are mke2fs's arguments for the new data volume dev. A first
