@@ -71,7 +71,7 @@ func TestStorageTPM(t *testing.T) {
 	expect(t, vm, bootTimeout, "borough: TPM 2.0 found")
 	expect(t, vm, stepTimeout, created, "borough: test: marker="+marker, ready)
 	// What an update relies on to seal keys to a new boot binary; the
-	// node checks it once it runs.
+	// node checks it ten seconds after it runs.
 	sawLine(t, vm, "borough: update: PCR 4 predicted from the event log and the boot binary matches the TPM's", stepTimeout)
 	if strings.Contains(vm.Console(), "IN CLEAR") {
 		t.Error("with a TPM, the node still stored the key in clear")

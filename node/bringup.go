@@ -151,6 +151,7 @@ func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
 		}},
 		supervisor.Service{Name: "cluster", Run: m.Run},
 	)
+	services = append(services, b.updates.CheckService(tl.Reached(timeline.Running)))
 	if confirm := b.updates.ConfirmService(m); confirm != nil {
 		services = append(services, *confirm)
 	}

@@ -51,13 +51,6 @@ const roleNode = "node"
 // stopTimeout bounds how long services get to stop at shutdown.
 const stopTimeout = 10 * time.Second
 
-// pcr4CheckAfter is how long the node runs before it checks that PCR 4
-// can be predicted (updater.CheckPCR4), which hashes the whole boot
-// binary: its first seconds are its cluster's first requests after a
-// restart and the start of its services (docs/decisions.md, "The PCR 4
-// check after the boot").
-const pcr4CheckAfter = 10 * time.Second
-
 func main() {
 	role := ""
 	if len(os.Args) > 1 {
@@ -88,6 +81,10 @@ func node() int {
 		log.Warn("the boot timeline will have the node's phases only", "err", err)
 	}
 	tl.Mark(timeline.Node)
+	go func() {
+		<-tl.Reached(timeline.Running)
+		bootgc.Lift()
+	}()
 	logSecureBoot(log)
 	logLockdown(log)
 	hw := reportHardware(log)
@@ -96,12 +93,6 @@ func node() int {
 		return fatal(log, err)
 	}
 	updates := updater.Start(log.With(console.ServiceKey, "update"), updater.NodePaths(storage.ESPRoot), st.Disk.ESPPartition)
-	go func() {
-		<-tl.Reached(timeline.Running)
-		bootgc.Lift()
-		time.Sleep(pcr4CheckAfter)
-		updates.CheckPCR4()
-	}()
 	if st.Fresh() {
 		if enrolled, err := secureboot.Enrol(storage.ESPRoot, efivar.Dir); err != nil {
 			return fatal(log, err)

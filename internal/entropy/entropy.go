@@ -14,7 +14,7 @@
 //     kernel/borough.config). Trusting them is the kernel's default and
 //     Debian's; a backdoored CPU or firmware could break far more than
 //     this.
-//   - The TPM's generator, 256 bits read through the node's TPM and
+//   - The TPM's generator, 256 bits read from it (package tpm) and
 //     credited with RNDADDENTROPY. Borough already trusts the TPM with its
 //     unlock keys.
 //   - A seed file on the ESP (esp.RandomSeed), as systemd keeps one. It is

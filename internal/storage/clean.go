@@ -7,7 +7,7 @@ import (
 	"os"
 )
 
-// The ext4 superblock fields clean reads (offsets from the superblock's
+// The ext4 superblock fields superblockState reads (offsets from the superblock's
 // start, 1024 bytes into the volume; Linux's struct ext4_super_block).
 const (
 	superblockOffset = 1024
@@ -44,6 +44,8 @@ const (
 	// checksum fails among it: e2fsck checks, and says what is wrong.
 	fsCheck
 )
+
+func (s fsState) String() string { return [...]string{"clean", "replay", "check"}[s] }
 
 // superblockState reads what the ext4 filesystem on dev needs from its
 // superblock. Under TCG, e2fsck costs a restart about 0.2 s when it only

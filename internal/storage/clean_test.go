@@ -1,9 +1,12 @@
 package storage
 
 import (
+	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -87,5 +90,58 @@ func runTool(t *testing.T, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+// TestMountReplayed follows mountReplayed's choices: what it does to the
+// volume, in order, for each state and outcome of its steps.
+func TestMountReplayed(t *testing.T) {
+	failed := errors.New("failed")
+	for _, tc := range []struct {
+		name    string
+		state   fsState
+		mount   []error // each mount's result, in turn
+		errored bool
+		unmount error
+		check   error
+		want    string // the steps taken
+		again   bool
+		err     bool
+	}{
+		{name: "clean", state: fsClean, want: "mount"},
+		{name: "checked", state: fsCheck, want: "mount"},
+		{name: "clean, mount fails", state: fsClean, mount: []error{failed}, want: "mount", err: true},
+		{name: "replayed", state: fsReplay, want: "mount errored"},
+		{name: "replayed with an error", state: fsReplay, errored: true, want: "mount errored unmount check mount", again: true},
+		{name: "replay fails", state: fsReplay, mount: []error{failed}, want: "mount check mount", again: true},
+		{name: "replay and the second mount fail", state: fsReplay, mount: []error{failed, failed}, want: "mount check mount", again: true, err: true},
+		{name: "e2fsck fails", state: fsReplay, mount: []error{failed}, check: failed, want: "mount check", again: true, err: true},
+		{name: "unmount fails", state: fsReplay, errored: true, unmount: failed, want: "mount errored unmount", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var steps []string
+			mounts := tc.mount
+			v := volume{
+				mount: func() error {
+					steps = append(steps, "mount")
+					if len(mounts) == 0 {
+						return nil
+					}
+					err := mounts[0]
+					mounts = mounts[1:]
+					return err
+				},
+				unmount: func() error { steps = append(steps, "unmount"); return tc.unmount },
+				errored: func() bool { steps = append(steps, "errored"); return tc.errored },
+				check:   func() error { steps = append(steps, "check"); return tc.check },
+			}
+			again, err := v.mountReplayed(slog.New(slog.DiscardHandler), tc.state)
+			if got := strings.Join(steps, " "); got != tc.want {
+				t.Errorf("steps %q, want %q", got, tc.want)
+			}
+			if again != tc.again || (err != nil) != tc.err {
+				t.Errorf("mountReplayed = %v, %v; want again %v, an error %v", again, err, tc.again, tc.err)
+			}
+		})
 	}
 }

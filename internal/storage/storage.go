@@ -303,11 +303,11 @@ func (s *Storage) unlock(cfg Config, k keyFiles, header *crypt.Header) (err erro
 		return err
 	}
 	checked := time.Now()
-	if again, err := mountReplayed(s.log, dev, state); err != nil {
+	again, err := mountReplayed(s.log, dev, state)
+	if err != nil {
 		return err
-	} else if again {
-		e2fsck = true
 	}
+	e2fsck = e2fsck || again
 	s.log.Info("data volume unlocked and mounted", "path", DataRoot,
 		"unseal", unsealed.Sub(start).Round(time.Millisecond), "map", mapped.Sub(unsealed).Round(time.Millisecond),
 		"fsck", checked.Sub(mapped).Round(time.Millisecond), "e2fsck", e2fsck, "mount", time.Since(checked).Round(time.Millisecond))
@@ -399,27 +399,53 @@ func fsck(log *slog.Logger, dev string, state fsState) (ran bool, err error) {
 	return true, nil
 }
 
-// mountReplayed mounts the volume, in state as fsck left it. A journal
-// left to replay, the kernel replays as it mounts; if that fails, or
-// leaves an error recorded, the volume gets what it got before the
-// kernel was trusted with the replay: e2fsck, and a second mount. again
-// says whether it did.
+// mountReplayed mounts the volume, whose superblock read state before
+// fsck. A journal left to replay, the kernel replays as it mounts; if the
+// mount fails, or the replayed journal had recorded an error, the volume
+// gets what it got before the kernel was trusted with the replay:
+// e2fsck, and a second mount. again says whether it did.
 func mountReplayed(log *slog.Logger, dev string, state fsState) (again bool, err error) {
-	err = mountData(dev)
-	if state != fsReplay || (err == nil && !recordsError(dev)) {
+	v := volume{
+		mount:   func() error { return mountData(dev) },
+		unmount: func() error { return unix.Unmount(DataRoot, 0) },
+		errored: func() bool { return recordsError(dev) },
+		check: func() error {
+			_, err := fsck(log, dev, fsCheck)
+			return err
+		},
+	}
+	return v.mountReplayed(log, state)
+}
+
+// volume is what mountReplayed does to the data volume, apart so that its
+// choices can be tested on their own.
+type volume struct {
+	mount, unmount, check func() error
+	// errored says whether the mounted filesystem records an error.
+	errored func() bool
+}
+
+func (v volume) mountReplayed(log *slog.Logger, state fsState) (again bool, err error) {
+	err = v.mount()
+	if state != fsReplay || (err == nil && !v.errored()) {
 		return false, err
 	}
 	if err == nil {
-		err = errors.New("the filesystem recorded an error")
-		if uerr := unix.Unmount(DataRoot, 0); uerr != nil {
-			return false, &os.PathError{Op: "unmount", Path: DataRoot, Err: uerr}
+		err = errors.New("the replayed journal had recorded an error")
+		if uerr := v.unmount(); uerr != nil {
+			return false, fmt.Errorf("unmounting the data volume to check it, as %v: %w", err, uerr)
 		}
 	}
 	log.Warn("the kernel's replay of the data volume's journal did not leave it clean: checking it with e2fsck", "err", err)
-	if _, err := fsck(log, dev, fsCheck); err != nil {
+	start := time.Now()
+	if err := v.check(); err != nil {
 		return true, err
 	}
-	return true, mountData(dev)
+	log.Info("e2fsck checked the data volume after the journal's replay", "took", time.Since(start).Round(time.Millisecond))
+	if err := v.mount(); err != nil {
+		return true, fmt.Errorf("mounting the data volume after e2fsck: %w", err)
+	}
+	return true, nil
 }
 
 // MkfsArgs are mke2fs's arguments for the new data volume dev. A first

@@ -309,13 +309,38 @@ func (u *Updater) predictPCRs(book *seals.Book, next []byte) (map[uint][]byte, e
 	return pcrs, nil
 }
 
-// CheckPCR4 predicts this boot's PCR 4 as an update predicts a new boot
-// binary's, and says whether the prediction holds; without a TPM in use
-// it does nothing. The node calls it once it runs: it reads and hashes the
-// whole boot binary, most of a second of a node's one CPU under TCG, which
-// a boot spent on it while bringing the node up (docs/decisions.md, "The
-// PCR 4 check after the boot").
-func (u *Updater) CheckPCR4() {
+// checkAfter is how long the node runs before CheckService checks that
+// PCR 4 can be predicted, which reads and hashes the whole boot binary,
+// most of a second of a node's one CPU under TCG: a boot spent it while
+// bringing the node up, and a node's first seconds of running are its
+// cluster's first requests after a restart and the start of its services
+// (docs/decisions.md, "The PCR 4 check after the boot").
+const checkAfter = 10 * time.Second
+
+// CheckService is the service that checks, checkAfter once running is
+// closed (the node runs), that this boot's PCR 4 can be predicted as an
+// update will predict a new boot binary's; a shutdown before then skips
+// the check.
+func (u *Updater) CheckService(running <-chan struct{}) supervisor.Service {
+	return supervisor.Service{Name: "pcr4-check", Run: func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-running:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(checkAfter):
+		}
+		u.checkPCR4()
+		return nil
+	}}
+}
+
+// checkPCR4 predicts this boot's PCR 4 and says whether the prediction
+// holds; without a TPM in use it does nothing.
+func (u *Updater) checkPCR4() {
 	u.mu.Lock()
 	book := u.seals
 	u.mu.Unlock()

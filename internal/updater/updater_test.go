@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/efivar"
@@ -249,5 +250,30 @@ func TestPrediction(t *testing.T) {
 				t.Errorf("predictPCRs = %v, want %v %q", err, tc.want, tc.err)
 			}
 		})
+	}
+}
+
+// TestCheckServiceStopsWithTheNode: a node that stops before the PCR 4
+// check is due, running or not yet, ends the check's service then rather
+// than checkAfter later.
+func TestCheckServiceStopsWithTheNode(t *testing.T) {
+	for _, runs := range []bool{false, true} {
+		u := newMachine(t, update.A, nil).start()
+		running := make(chan struct{})
+		if runs {
+			close(running)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- supervisor.RunAlone(ctx, discard, u.CheckService(running)) }()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("node running %v: Run = %v", runs, err)
+			}
+		case <-time.After(checkAfter / 2):
+			t.Fatalf("node running %v: the check's service outlived the node", runs)
+		}
 	}
 }
