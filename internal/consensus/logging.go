@@ -3,6 +3,7 @@ package consensus
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -13,9 +14,27 @@ import (
 // console. etcd's info entries come at slog's debug level: there are many
 // of them, and the node's log tree keeps them while the console, at info,
 // does not print them.
+//
+// Entries are sampled, as etcd's own logger samples them (zap's
+// sampler), but more tightly (logSampling): a loop in etcd that fails at
+// once and says so each time, as a joining member's publish does while it
+// applies a long log ("too many requests"), would otherwise write to the
+// serial console as fast as it spins, and on a node's one CPU starve the
+// very apply it waits for (a learner stayed unready for two minutes, its
+// console 100,000 lines of the one warning, about 950 a second).
 func zapLogger(log *slog.Logger, minLevel zapcore.Level) *zap.Logger {
-	return zap.New(&slogCore{log: log, min: minLevel})
+	return zap.New(zapcore.NewSamplerWithOptions(&slogCore{log: log, min: minLevel},
+		logSampling.tick, logSampling.first, logSampling.thereafter))
 }
+
+// logSampling is how zapLogger samples: in each tick, the first entries
+// with one message and level are written, then one in thereafter. etcd's
+// default logger writes the first 100 and one in 100 after them; a serial
+// console on a node's one CPU takes far fewer.
+var logSampling = struct {
+	tick              time.Duration
+	first, thereafter int
+}{time.Second, 10, 1000}
 
 // slogCore is a zapcore.Core writing to a slog.Logger.
 type slogCore struct {
