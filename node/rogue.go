@@ -58,12 +58,14 @@ import (
 
 // rogueShareFor is how long rogue share asks the holders: four rounds of
 // unlock.Fetch; rogueHoldFor how long rogue escrowkey holds its record in
-// etcd: more than a round (10 s) of every peer's clusterkey.Maintain, so
-// each sees it; rogueAPIFor how long rogue nodeapi poses, time for the
+// etcd: more than two rounds of every peer's clusterkey.Maintain, so each
+// sees it (a round waits 10 s after the last one's work, which takes
+// seconds on a busy cluster: a hold of 12 s, barely over one, was missed
+// by a peer once); rogueAPIFor how long rogue nodeapi poses, time for the
 // owner's tool to be refused once.
 const (
 	rogueShareFor = 8 * time.Second
-	rogueHoldFor  = 12 * time.Second
+	rogueHoldFor  = 25 * time.Second
 	rogueAPIFor   = 10 * time.Second
 )
 
