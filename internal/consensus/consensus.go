@@ -175,21 +175,6 @@ type Consensus struct {
 	Client *clientv3.Client
 }
 
-// snapshotCount and snapshotCatchUp are how often a member snapshots its
-// raft log and how many entries it keeps behind the snapshot, for
-// members catching up. A member that needs more than etcd's limit of
-// 5000 entries between committed and applied refuses proposals, its own
-// publish among them, which etcd retries at once, without a pause: a
-// learner joining a cluster whose log held about 5,600 entries (etcd's
-// defaults, 10000 and 5000, keep up to 15,000) spun so on its one CPU
-// and was not ready two minutes later. With these a joining member gets
-// a snapshot and at most snapshotCount entries after it, a restarted one
-// at most snapshotCount+snapshotCatchUp: under the limit either way.
-const (
-	snapshotCount   = 3000
-	snapshotCatchUp = 1000
-)
-
 func (c Config) embed() *embed.Config {
 	ec := embed.NewConfig()
 	ec.Name = c.Name
@@ -236,7 +221,6 @@ func (c Config) embed() *embed.Config {
 		CertFile: c.PKI.Cert(), KeyFile: c.PKI.Key(),
 		TrustedCAFile: c.PKI.CA(), ClientCertAuth: true, CRLFile: c.PKI.CRL(),
 	}
-	ec.SnapshotCount, ec.SnapshotCatchUpEntries = snapshotCount, snapshotCatchUp
 	if c.Snapshots > 0 {
 		ec.SnapshotCount, ec.SnapshotCatchUpEntries = c.Snapshots, max(c.Snapshots/10, 1)
 	}
