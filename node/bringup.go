@@ -151,7 +151,9 @@ func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
 		}},
 		supervisor.Service{Name: "cluster", Run: m.Run},
 	)
-	services = append(services, b.updates.CheckService(tl.Reached(timeline.Running)))
+	if check := b.updates.CheckService(tl.Reached(timeline.Running)); check != nil {
+		services = append(services, *check)
+	}
 	if confirm := b.updates.ConfirmService(m); confirm != nil {
 		services = append(services, *confirm)
 	}

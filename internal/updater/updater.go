@@ -317,12 +317,18 @@ func (u *Updater) predictPCRs(book *seals.Book, next []byte) (map[uint][]byte, e
 // (docs/decisions.md, "The PCR 4 check after the boot").
 const checkAfter = 10 * time.Second
 
-// CheckService is the service that checks, checkAfter once running is
-// closed (the node runs), that this boot's PCR 4 can be predicted as an
-// update will predict a new boot binary's; a shutdown before then skips
-// the check.
-func (u *Updater) CheckService(running <-chan struct{}) supervisor.Service {
-	return supervisor.Service{Name: "pcr4-check", Run: func(ctx context.Context) error {
+// CheckService is, with a TPM in use (UseSeals), the service that checks,
+// checkAfter once running is closed (the node runs), that this boot's
+// PCR 4 can be predicted as an update will predict a new boot binary's; a
+// shutdown before then skips the check. Without a TPM it is nil.
+func (u *Updater) CheckService(running <-chan struct{}) *supervisor.Service {
+	u.mu.Lock()
+	book := u.seals
+	u.mu.Unlock()
+	if book == nil {
+		return nil
+	}
+	return &supervisor.Service{Name: "pcr4-check", Run: func(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -333,20 +339,14 @@ func (u *Updater) CheckService(running <-chan struct{}) supervisor.Service {
 			return nil
 		case <-time.After(checkAfter):
 		}
-		u.checkPCR4()
+		u.checkPCR4(book)
 		return nil
 	}}
 }
 
 // checkPCR4 predicts this boot's PCR 4 and says whether the prediction
-// holds; without a TPM in use it does nothing.
-func (u *Updater) checkPCR4() {
-	u.mu.Lock()
-	book := u.seals
-	u.mu.Unlock()
-	if book == nil {
-		return
-	}
+// holds.
+func (u *Updater) checkPCR4(book *seals.Book) {
 	if err := u.checkPrediction(book); err != nil {
 		u.log.Warn("PCR 4 cannot be predicted from the event log: an update could not seal keys to a new boot binary", "err", err)
 		return

@@ -17,6 +17,7 @@ import (
 	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/measure"
+	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/uki"
 	"github.com/borough-os/borough/internal/update"
@@ -255,17 +256,21 @@ func TestPrediction(t *testing.T) {
 
 // TestCheckServiceStopsWithTheNode: a node that stops before the PCR 4
 // check is due, running or not yet, ends the check's service then rather
-// than checkAfter later.
+// than checkAfter later; a node without a TPM has no such service.
 func TestCheckServiceStopsWithTheNode(t *testing.T) {
+	if svc := newMachine(t, update.A, nil).start().CheckService(make(chan struct{})); svc != nil {
+		t.Error("a check service without a TPM in use")
+	}
 	for _, runs := range []bool{false, true} {
 		u := newMachine(t, update.A, nil).start()
+		u.UseSeals(&seals.Book{})
 		running := make(chan struct{})
 		if runs {
 			close(running)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- supervisor.RunAlone(ctx, discard, u.CheckService(running)) }()
+		go func() { done <- supervisor.RunAlone(ctx, discard, *u.CheckService(running)) }()
 		cancel()
 		select {
 		case err := <-done:
