@@ -16,24 +16,25 @@ import (
 // does not print them.
 //
 // Entries are sampled, as etcd's own logger samples them (zap's
-// sampler), but more tightly (logSampling): a loop in etcd that fails at
+// sampler), but more tightly (sampleFirst, sampleThereafter): a loop in etcd that fails at
 // once and says so each time, as a joining member's publish did while it
 // was more than 5000 entries behind (etcd's limit), wrote the one
 // warning to the serial console about 950 times a second; sampled, about
 // 60 of the loop's 50,000 a second.
 func zapLogger(log *slog.Logger, minLevel zapcore.Level) *zap.Logger {
 	return zap.New(zapcore.NewSamplerWithOptions(&slogCore{log: log, min: minLevel},
-		logSampling.tick, logSampling.first, logSampling.thereafter))
+		time.Second, sampleFirst, sampleThereafter))
 }
 
-// logSampling is how zapLogger samples: in each tick, the first entries
-// with one message and level are written, then one in thereafter. etcd's
-// default logger writes the first 100 and one in 100 after them; a serial
-// console on a node's one CPU takes far fewer.
-var logSampling = struct {
-	tick              time.Duration
-	first, thereafter int
-}{time.Second, 10, 1000}
+// sampleFirst and sampleThereafter are how zapLogger samples: each second,
+// the first sampleFirst entries with one message and level are written,
+// then one in sampleThereafter. etcd's default logger writes the first 100
+// and one in 100 after them; a serial console on a node's one CPU takes
+// far fewer.
+const (
+	sampleFirst      = 10
+	sampleThereafter = 1000
+)
 
 // slogCore is a zapcore.Core writing to a slog.Logger.
 type slogCore struct {

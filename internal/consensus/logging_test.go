@@ -28,7 +28,7 @@ func TestZapLoggerSamples(t *testing.T) {
 		max      int64
 		min      int64
 	}{
-		{"one warning in a loop", 1, 5000, int64(logSampling.first + 5000/logSampling.thereafter), int64(logSampling.first)},
+		{"one warning in a loop", 1, 5000, int64(sampleFirst + 5000/sampleThereafter), int64(sampleFirst)},
 		{"distinct warnings", 50, 1, 50, 50},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,8 +7,9 @@ import (
 	"os"
 )
 
-// The ext4 superblock fields superblockState reads (offsets from the superblock's
-// start, 1024 bytes into the volume; Linux's struct ext4_super_block).
+// The ext4 superblock fields superblockState reads (offsets from the
+// superblock's start, 1024 bytes into the volume; Linux's struct
+// ext4_super_block).
 const (
 	superblockOffset = 1024
 	superblockSize   = 1024
