@@ -270,16 +270,25 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting etcd: %w", err)
 	}
+	g := newGate()
+	member := &Consensus{cfg: cfg, etcd: e, gate: g, Client: localClient(e.Server, nodeUser, g)}
 	defer func() {
 		if err != nil {
 			// etcd's Close waits for its client servers, which start
 			// only once the member is ready, or once the server stops:
 			// without the stop, closing a member that never became
 			// ready (a removed one, say) waits for ever.
+			g.close()
 			e.Server.HardStop()
+			member.Client.Close()
 			e.Close()
 		}
 	}()
+	// Publishing its name is a proposal, which etcd may refuse after a
+	// snapshot until the member unstalls it (stall.go).
+	unstalling, stopUnstall := context.WithCancel(ctx)
+	defer stopUnstall()
+	go member.unstall(unstalling)
 	var expired <-chan time.Time
 	if cfg.Mode != ModeRestart {
 		expired = time.After(startTimeout)
@@ -293,8 +302,7 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	g := newGate()
-	return &Consensus{cfg: cfg, etcd: e, gate: g, Client: localClient(e.Server, nodeUser, g)}, nil
+	return member, nil
 }
 
 // ClusterID and MemberID identify the cluster and this member.
@@ -324,9 +332,9 @@ func (e *RemovedError) Is(target error) bool {
 // cluster's name; errors.Is(err, ErrRemoved) matches any RemovedError.
 var ErrRemoved = &RemovedError{}
 
-// Run keeps the CRL file current, promotes learners and turns etcd
-// authentication on (auth.go) until ctx ends or etcd stops, then closes
-// the member. Shutdown order:
+// Run keeps the CRL file current, promotes learners, unstalls the member
+// after a snapshot (stall.go) and turns etcd authentication on (auth.go)
+// until ctx ends or etcd stops, then closes the member. Shutdown order:
 //  1. the watchers stop with ctx;
 //  2. the client closes;
 //  3. etcd stops serving and closes its data.
@@ -338,8 +346,9 @@ func (c *Consensus) Run(ctx context.Context) error {
 	// Stops the watchers (before Close, deferred earlier) whatever ends Run.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	go func() { errs <- c.watchCRL(ctx) }()
+	go func() { errs <- c.unstall(ctx) }()
 	go func() { errs <- c.autopromote(ctx) }()
 	go func() { errs <- c.keepAuth(ctx) }()
 	select {

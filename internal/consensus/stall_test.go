@@ -1,0 +1,85 @@
+package consensus
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestUnstall gets a learner stuck as etcd leaves a member that catches up
+// from a snapshot in a quiet cluster: the leader drops its messages to
+// the learner while it takes more writes than etcd's apply gap, and
+// compacts its log; once the messages flow again, the learner gets the
+// leader's snapshot, which etcd counts as nothing applied, and nothing
+// else comes. The learner must still take writes, and know the writes
+// before the snapshot. (A member that joins a quiet cluster gets stuck
+// the same way if its publish misses the snapshot, a race this test
+// cannot order.)
+func TestUnstall(t *testing.T) {
+	tc := newTestCA(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leader, _, _ := run(t, ctx, tc.member("n1", "127.0.0.41", ModeNew))
+	// etcd refuses to join a member to a cluster whose version the
+	// leader has not yet set.
+	for leader.etcd.Server.ClusterVersion() == nil {
+		if ctx.Err() != nil {
+			t.Fatal("the leader set no cluster version")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cfg, id := tc.learner(ctx, leader, "n2", "127.0.0.42")
+	learner, _, _ := run(t, ctx, cfg)
+	if _, err := learner.Client.Put(ctx, "before", "v"); err != nil {
+		t.Fatalf("a write through the learner before the cut: %v", err)
+	}
+
+	leader.etcd.Server.CutPeer(types.ID(id))
+	const writes, writers = applyGap + 500, 32
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := w; i < writes; i += writers {
+				if _, err := leader.Client.Put(ctx, fmt.Sprintf("load/%05d", i), "v"); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader.etcd.Server.MendPeer(types.ID(id))
+
+	// etcd refuses the learner's writes until it has applied an entry
+	// after the snapshot.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := learner.Client.Put(wctx, "after", "v")
+		wcancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a write through the learner after the snapshot: still refused after 30 s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(tc.logs.String(), "moved its applied index") {
+		t.Error("the learner did not say it moved its applied index: it did not catch up from a snapshot, and the test no longer tests it")
+	}
+	got, err := learner.Client.Get(ctx, "load/", clientv3.WithPrefix(), clientv3.WithSerializable(), clientv3.WithCountOnly())
+	if err != nil || got.Count != writes {
+		t.Errorf("the learner's keys: %v, %v; want %d", got.Count, err, writes)
+	}
+}
