@@ -87,6 +87,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -302,7 +303,29 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	if cfg.Mode == ModeNew {
+		if err := awaitVersion(ctx, e.Server, expired); err != nil {
+			return nil, err
+		}
+	}
 	return member, nil
+}
+
+// awaitVersion waits until a new cluster has its version, which its
+// leader sets a few milliseconds after the member serves: etcd refuses to
+// start a member joining a cluster that has none yet ("incompatible with
+// current running cluster"), so a node admitted that early would fail.
+func awaitVersion(ctx context.Context, s *etcdserver.EtcdServer, expired <-chan time.Time) error {
+	for s.ClusterVersion() == nil {
+		select {
+		case <-expired:
+			return fmt.Errorf("the new cluster had no version within %v", startTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // ClusterID and MemberID identify the cluster and this member.
