@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
-	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -67,9 +64,8 @@ func (mg *Manager) reissueIfMoved() (string, error) {
 // announceMove tells the cluster the member's new peer URL and records the
 // new certificate's serial, retrying until it succeeds or ctx ends.
 func (mg *Manager) announceMove(ctx context.Context, c *consensus.Consensus, name, serial string) error {
-	peer := url.URL{Scheme: "https", Host: net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.PeerPort))}
 	return retry(ctx, mg.log, "telling the cluster the node's new address", never, func() error {
-		if _, err := c.Client.MemberUpdate(ctx, c.MemberID(), []string{peer.String()}); err != nil {
+		if _, err := c.Client.MemberUpdate(ctx, c.MemberID(), []string{c.PeerURL()}); err != nil {
 			return fmt.Errorf("updating the peer URL: %w", err)
 		}
 		return keyspace.AddSerial(ctx, c.Client, name, keyspace.Issue{Serial: serial})

@@ -176,12 +176,22 @@ type Consensus struct {
 	Client *clientv3.Client
 }
 
+// peerURL is the URL the member advertises to its peers.
+func (c Config) peerURL() url.URL {
+	return url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, PeerPort).String()}
+}
+
+// PeerURL is the URL the member advertises to its peers.
+func (c *Consensus) PeerURL() string {
+	u := c.cfg.peerURL()
+	return u.String()
+}
+
 func (c Config) embed() *embed.Config {
 	ec := embed.NewConfig()
 	ec.Name = c.Name
 	ec.Dir = c.DataDir
-	host := netip.AddrPortFrom(c.IP, PeerPort).String()
-	peer := url.URL{Scheme: "https", Host: host}
+	peer := c.peerURL()
 	client := url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, ClientPort).String()}
 	listen, httpHost := "0.0.0.0", "127.0.0.1"
 	if c.ListenIP.IsValid() {
@@ -260,7 +270,8 @@ func (c Config) initialCluster(self string) string {
 // Start starts the member and waits until it serves: a new or joining
 // member for startTimeout, a restarting one as long as it takes (until
 // ctx ends), for its quorum comes back with its peers, however late, or
-// the owner recovers the cluster from it (Config.ForceNewCluster). On
+// the owner recovers the cluster from it (Config.ForceNewCluster). A new
+// member serves once its cluster also has a version (awaitVersion). On
 // failure, everything started is closed.
 func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	if cfg.Alone {
@@ -288,8 +299,9 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	// Publishing its name is a proposal, which etcd may refuse after a
 	// snapshot until the member unstalls it (stall.go).
 	unstalling, stopUnstall := context.WithCancel(ctx)
-	defer stopUnstall()
-	go member.unstall(unstalling)
+	unstalled := make(chan struct{})
+	go func() { member.unstall(unstalling); close(unstalled) }()
+	defer func() { stopUnstall(); <-unstalled }()
 	var expired <-chan time.Time
 	if cfg.Mode != ModeRestart {
 		expired = time.After(startTimeout)
@@ -312,9 +324,11 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 }
 
 // awaitVersion waits until a new cluster has its version, which its
-// leader sets a few milliseconds after the member serves: etcd refuses to
-// start a member joining a cluster that has none yet ("incompatible with
-// current running cluster"), so a node admitted that early would fail.
+// leader sets once it has committed an entry of its term, 1 to 5 ms after
+// the member serves in process (at the latest at etcd's next version
+// check, 4 s on): etcd refuses to start a member joining a cluster that
+// has none yet ("incompatible with current running cluster"), so a node
+// admitted that early would fail.
 func awaitVersion(ctx context.Context, s *etcdserver.EtcdServer, expired <-chan time.Time) error {
 	for s.ClusterVersion() == nil {
 		select {
@@ -322,7 +336,7 @@ func awaitVersion(ctx context.Context, s *etcdserver.EtcdServer, expired <-chan 
 			return fmt.Errorf("the new cluster had no version within %v", startTimeout)
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	return nil

@@ -26,10 +26,18 @@ import (
 // unstall therefore watches for that state: committed index more than
 // applyGap ahead of the applied one, which has not moved for a whole
 // stallCheck. It then proposes a membership change that changes nothing,
-// the member's own peer URLs again: etcd proposes membership changes
+// the member's own peer URL again: etcd proposes membership changes
 // without the gap check, the leader commits it, and applying it moves the
 // applied index. A member applying a long log moves its applied index
-// every check, and is left alone.
+// every check, and is left alone; so is a leader, which never catches up
+// from a snapshot. The URL proposed is the one the member advertises, not
+// its entry in the member list, which a move of the node's address
+// (cluster's announceMove) may be changing at the same time.
+//
+// While the change is committed and not yet applied, raft turns any other
+// membership change proposed into an empty entry, which etcd's caller
+// waits for until its context ends: callers of membership changes bound
+// their wait (the autopromoter's promoteWait).
 
 // applyGap is etcd's limit between committed and applied index
 // (etcdserver's maxGapBetweenApplyAndCommitIndex, unexported).
@@ -62,25 +70,25 @@ func (c *Consensus) unstall(ctx context.Context) error {
 // again at its next check.
 const nudgeWait = 5 * stallCheck
 
-// nudge proposes the member's own peer URLs again, and logs what came of
+// nudge proposes the member's own peer URL again, and logs what came of
 // it.
 func (c *Consensus) nudge(ctx context.Context, applied, committed uint64) {
 	s := c.etcd.Server
-	self := s.Cluster().Member(s.MemberID())
-	if self == nil {
+	if s.Leader() == s.MemberID() {
 		return
 	}
 	proposed, cancel := context.WithTimeout(ctx, nudgeWait)
 	defer cancel()
-	_, err := c.Client.MemberUpdate(proposed, uint64(self.ID), self.PeerURLs)
+	_, err := c.Client.MemberUpdate(proposed, c.MemberID(), []string{c.PeerURL()})
 	log := c.cfg.Log.With("applied", applied, "committed", committed)
 	switch {
 	case ctx.Err() != nil:
+		// The member is closing: nothing to say.
 	case err != nil:
-		log.Warn("etcd refuses this member's proposals after a snapshot; proposing its own peer URLs again to move its applied index",
+		log.Warn("etcd refuses this member's proposals after a snapshot; proposing its own peer URL again failed, to be tried again",
 			"err", err)
 	default:
-		log.Info("etcd refused this member's proposals after a snapshot; its own peer URLs, proposed again, moved its applied index",
+		log.Info("etcd refused this member's proposals after a snapshot; its own peer URL, proposed again, moved its applied index",
 			"now", s.AppliedIndex())
 	}
 }

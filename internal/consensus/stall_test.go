@@ -71,7 +71,10 @@ func TestUnstall(t *testing.T) {
 		t.Error("the learner did not say it moved its applied index: it did not catch up from a snapshot, and the test no longer tests it")
 	}
 	got, err := learner.Client.Get(ctx, "load/", clientv3.WithPrefix(), clientv3.WithSerializable(), clientv3.WithCountOnly())
-	if err != nil || got.Count != writes {
-		t.Errorf("the learner's keys: %v, %v; want %d", got.Count, err, writes)
+	if err != nil {
+		t.Fatalf("counting the learner's keys: %v", err)
+	}
+	if got.Count != writes {
+		t.Errorf("the learner has %d keys, want %d", got.Count, writes)
 	}
 }

@@ -130,6 +130,12 @@ var errLearnerNotReady = rpctypes.Error(rpctypes.ErrGRPCLearnerNotReady)
 // promoteInterval is how often the autopromoter looks for learners.
 const promoteInterval = 250 * time.Millisecond
 
+// promoteWait bounds each promotion's wait: raft turns a membership
+// change proposed while another is pending (a join's, a removal's, a
+// stalled member's, stall.go) into an empty entry, and etcd waits for the
+// change itself until its context ends. The next look tries again.
+const promoteWait = 10 * time.Second
+
 // autopromote promotes learners, on the leader only, as promotable says.
 // etcd refuses to promote a learner that has not caught up; that is
 // logged at debug level and retried. A member started alone promotes
@@ -159,7 +165,9 @@ func (c *Consensus) autopromote(ctx context.Context) error {
 		if c.cfg.Alone {
 			return ErrRetime
 		}
-		_, err = c.Client.MemberPromote(ctx, m.ID)
+		promoting, cancel := context.WithTimeout(ctx, promoteWait)
+		_, err = c.Client.MemberPromote(promoting, m.ID)
+		cancel()
 		switch {
 		case err == nil, errors.Is(err, rpctypes.ErrMemberNotLearner):
 			c.cfg.Log.Info("promoted learner", "member", m.Name)
