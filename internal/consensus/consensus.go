@@ -172,6 +172,9 @@ type Consensus struct {
 	cfg  Config
 	etcd *embed.Etcd
 	gate *gate
+	// stopUnstall stops the member's unstall (stall.go), which runs from
+	// Start to Close, and waits for it.
+	stopUnstall func()
 	// Client calls this member's API in process.
 	Client *clientv3.Client
 }
@@ -271,9 +274,11 @@ func (c Config) initialCluster(self string) string {
 // member for startTimeout, a restarting one as long as it takes (until
 // ctx ends), for its quorum comes back with its peers, however late, or
 // the owner recovers the cluster from it (Config.ForceNewCluster). A new
-// member serves once its cluster also has a version (awaitVersion). On
+// member serves once its cluster also has a version (awaitVersion). From
+// Start to Close the member unstalls itself after a snapshot (stall.go):
+// publishing its name, which it must do to serve, is a proposal. On
 // failure, everything started is closed.
-func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Consensus, err error) {
 	if cfg.Alone {
 		cfg.Log.Info("the only member of its cluster: raft with a short election timeout until another member votes",
 			"tick", time.Duration(aloneTiming.tick)*time.Millisecond, "election", time.Duration(aloneTiming.election)*time.Millisecond)
@@ -284,24 +289,17 @@ func Start(ctx context.Context, cfg Config) (c *Consensus, err error) {
 	}
 	g := newGate()
 	member := &Consensus{cfg: cfg, etcd: e, gate: g, Client: localClient(e.Server, nodeUser, g)}
+	member.stopUnstall = member.startUnstall()
 	defer func() {
 		if err != nil {
 			// etcd's Close waits for its client servers, which start
 			// only once the member is ready, or once the server stops:
 			// without the stop, closing a member that never became
 			// ready (a removed one, say) waits for ever.
-			g.close()
 			e.Server.HardStop()
-			member.Client.Close()
-			e.Close()
+			member.Close()
 		}
 	}()
-	// Publishing its name is a proposal, which etcd may refuse after a
-	// snapshot until the member unstalls it (stall.go).
-	unstalling, stopUnstall := context.WithCancel(ctx)
-	unstalled := make(chan struct{})
-	go func() { member.unstall(unstalling); close(unstalled) }()
-	defer func() { stopUnstall(); <-unstalled }()
 	var expired <-chan time.Time
 	if cfg.Mode != ModeRestart {
 		expired = time.After(startTimeout)
@@ -369,9 +367,9 @@ func (e *RemovedError) Is(target error) bool {
 // cluster's name; errors.Is(err, ErrRemoved) matches any RemovedError.
 var ErrRemoved = &RemovedError{}
 
-// Run keeps the CRL file current, promotes learners, unstalls the member
-// after a snapshot (stall.go) and turns etcd authentication on (auth.go)
-// until ctx ends or etcd stops, then closes the member. Shutdown order:
+// Run keeps the CRL file current, promotes learners and turns etcd
+// authentication on (auth.go) until ctx ends or etcd stops, then closes
+// the member. Shutdown order:
 //  1. the watchers stop with ctx;
 //  2. the client closes;
 //  3. etcd stops serving and closes its data.
@@ -383,9 +381,8 @@ func (c *Consensus) Run(ctx context.Context) error {
 	// Stops the watchers (before Close, deferred earlier) whatever ends Run.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 4)
+	errs := make(chan error, 3)
 	go func() { errs <- c.watchCRL(ctx) }()
-	go func() { errs <- c.unstall(ctx) }()
 	go func() { errs <- c.autopromote(ctx) }()
 	go func() { errs <- c.keepAuth(ctx) }()
 	select {
@@ -472,9 +469,10 @@ type Member struct {
 	PeerURLs []string
 }
 
-// Close stops the member: the node's own requests end first (gate.go),
-// then its client, then etcd and its data.
+// Close stops the member: its unstall and the node's own requests end
+// first (gate.go), then its client, then etcd and its data.
 func (c *Consensus) Close() {
+	c.stopUnstall()
 	if !c.gate.close() {
 		c.cfg.Log.Warn("closing etcd with requests of the node still in it", "waited", closeWait)
 	}

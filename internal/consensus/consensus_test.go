@@ -152,9 +152,7 @@ func TestLeaderConfirms(t *testing.T) {
 	tc := newTestCA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	leader, _, stopLeader := run(t, ctx, tc.member("n1", "127.0.0.13", ModeNew))
-	cfg, _ := tc.learner(ctx, leader, "n2", "127.0.0.14")
-	learner, _, _ := run(t, ctx, cfg)
+	_, learner, _, stopLeader := tc.voterAndLearner(ctx, "127.0.0.13", "127.0.0.14")
 	confirms := func() error {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
@@ -252,6 +250,17 @@ func run(t *testing.T, ctx context.Context, cfg Config) (c *Consensus, done <-ch
 	}
 	t.Cleanup(stop)
 	return c, ended, stop
+}
+
+// voterAndLearner runs a new cluster's member, n1 at voterIP, and a
+// learner it added, n2 at learnerIP, until the test ends; stopVoter stops
+// n1 sooner.
+func (tc *testCA) voterAndLearner(ctx context.Context, voterIP, learnerIP string) (voter, learner *Consensus, learnerID uint64, stopVoter func()) {
+	tc.t.Helper()
+	voter, _, stopVoter = run(tc.t, ctx, tc.member("n1", voterIP, ModeNew))
+	cfg, learnerID := tc.learner(ctx, voter, "n2", learnerIP)
+	learner, _, _ = run(tc.t, ctx, cfg)
+	return voter, learner, learnerID, stopVoter
 }
 
 // learner adds a learner named name at ip to the cluster of first, and

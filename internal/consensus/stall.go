@@ -46,16 +46,31 @@ const applyGap = 5000
 // stallCheck is how often unstall looks.
 const stallCheck = time.Second
 
+// startUnstall runs unstall until the function it returns is called,
+// which waits for unstall to return; calling it again does nothing more.
+func (c *Consensus) startUnstall() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.unstall(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // unstall proposes a membership change that changes nothing whenever etcd
 // refuses the member's proposals because of a snapshot it counts as
 // nothing applied (see above), until ctx ends.
-func (c *Consensus) unstall(ctx context.Context) error {
+func (c *Consensus) unstall(ctx context.Context) {
 	s := c.etcd.Server
 	last := s.AppliedIndex()
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return
 		case <-time.After(stallCheck):
 		}
 		applied, committed := s.AppliedIndex(), s.CommittedIndex()

@@ -24,9 +24,7 @@ func TestUnstall(t *testing.T) {
 	tc := newTestCA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	leader, _, _ := run(t, ctx, tc.member("n1", "127.0.0.41", ModeNew))
-	cfg, id := tc.learner(ctx, leader, "n2", "127.0.0.42")
-	learner, _, _ := run(t, ctx, cfg)
+	leader, learner, id, _ := tc.voterAndLearner(ctx, "127.0.0.41", "127.0.0.42")
 	if _, err := learner.Client.Put(ctx, "before", "v"); err != nil {
 		t.Fatalf("a write through the learner before the cut: %v", err)
 	}
