@@ -281,7 +281,7 @@ func (tc *testCA) learner(ctx context.Context, first *Consensus, name, ip string
 // member is the config of a member named name at ip, with its
 // certificate files written. Each test's members have their own loopback
 // addresses, apart from other packages' tests that run etcd at the same
-// time.
+// time (internal/cluster's TestJoinCrash takes 127.0.0.40 to .59).
 func (tc *testCA) member(name, ip string, mode Mode) Config {
 	tc.t.Helper()
 	files := Files{Dir: filepath.Join(tc.dir, name, "pki")}

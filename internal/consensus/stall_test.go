@@ -24,7 +24,7 @@ func TestUnstall(t *testing.T) {
 	tc := newTestCA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	leader, learner, id, _ := tc.voterAndLearner(ctx, "127.0.0.41", "127.0.0.42")
+	leader, learner, id, _ := tc.voterAndLearner(ctx, "127.0.0.71", "127.0.0.72")
 	if _, err := learner.Client.Put(ctx, "before", "v"); err != nil {
 		t.Fatalf("a write through the learner before the cut: %v", err)
 	}
