@@ -46,6 +46,9 @@ const (
 	LedgerKey File = dir + "/ledger-key.sha256"
 	// Logs is the journal of the last boots' logs (internal/logtree).
 	Logs File = dir + "/logs"
+	// Ballast is a file the space keeper deletes if the volume fills,
+	// for etcd to start and keep its space alarm (internal/space).
+	Ballast File = "ballast"
 	// TestMarker is the marker file of test builds (cmdline.TestMarker),
 	// which tells a data volume that survived a reboot from a new one.
 	TestMarker File = "marker"

@@ -65,7 +65,39 @@ const (
 	// Credentials prefixes each application credential's record
 	// (CredentialRecord, JSON), by name.
 	Credentials = "/borough/credentials/"
+	// SpaceReports prefixes each member's SpaceReport, by node name.
+	SpaceReports = "/borough/space/members/"
+	// DefragLock is the lock a member holds while it defragments, while
+	// etcd takes writes (space.Keeper).
+	DefragLock = "/borough/space/defrag-lock"
+	// DefragRequest is the owner's request that every member defragment
+	// now (borough cluster defrag): its revision is the request's.
+	DefragRequest = "/borough/space/defrag-request"
+	// Rollout is there while the owner rolls an update out, attached to
+	// the rollout's lease: no member defragments meanwhile.
+	Rollout = "/borough/rollout"
 )
+
+// SpaceReport is what a member last said of its space (space.Keeper), as
+// JSON at SpaceReports + its node name.
+type SpaceReport struct {
+	// DB is the database file's size, InUse what of it holds data, Quota
+	// etcd's quota; Volume and Free the data volume's size and free
+	// space; all in bytes.
+	DB     int64 `json:"db"`
+	InUse  int64 `json:"in_use"`
+	Quota  int64 `json:"quota"`
+	Volume int64 `json:"volume"`
+	Free   int64 `json:"free"`
+	// Alarm says the member's space alarm is raised.
+	Alarm bool `json:"alarm,omitempty"`
+	// Defragmented is when the member last defragmented, and Request the
+	// revision of the owner's last DefragRequest it has answered.
+	Defragmented time.Time `json:"defragmented,omitzero"`
+	Request      int64     `json:"request,omitempty"`
+	// At is when the member wrote the report.
+	At time.Time `json:"at"`
+}
 
 // SuccessionKey is the key of hand-over number n, in the order of n.
 func SuccessionKey(n uint64) string { return fmt.Sprintf("%s%020d", Successions, n) }
