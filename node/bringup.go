@@ -142,6 +142,7 @@ func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
 		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot, Ledger: ledger,
 		Pause: pauseHook(log, params, "join"), Keys: keys, Timeline: tl,
+		VolumeSize: volumeSize(log, params),
 	}, life)
 	mgr.Store(m)
 	exposeToRogue(m)

@@ -193,6 +193,17 @@ func pauseHook(log *slog.Logger, params cmdline.Params, what string) func(string
 	}
 }
 
+// volumeSize is the data volume's size cmdline.TestVolume stands for, in
+// bytes, or 0.
+func volumeSize(log *slog.Logger, params cmdline.Params) int64 {
+	mib, err := strconv.ParseInt(params[cmdline.TestVolume], 10, 64)
+	if err != nil || mib <= 0 {
+		return 0
+	}
+	log.Info("test: the data volume's space budgeted as " + params[cmdline.TestVolume] + " MiB")
+	return mib << 20
+}
+
 // testMarker implements cmdline.TestMarker on the mounted data volume.
 func testMarker(log *slog.Logger, params cmdline.Params) error {
 	value, ok := params[cmdline.TestMarker]

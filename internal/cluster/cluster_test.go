@@ -87,7 +87,7 @@ func (m *member) wait(t testing.TB, s string) {
 // start runs a member at 127.0.0.n with enrolment e, in dir (a new one
 // if empty).
 func start(t testing.TB, ctx context.Context, n int, e *enrolment.Enrolment, dir string) *member {
-	return startWith(t, ctx, n, e, dir, overrides{listenOnIP: true})
+	return startWith(t, ctx, n, e, dir, overrides{listenOnIP: true, volumeSize: testVolume})
 }
 
 // startWith is start with test seams ov.
@@ -553,3 +553,8 @@ func rogueTickets(t *testing.T, ctx context.Context, cl *clientv3.Client, like *
 		t.Fatal(err)
 	}
 }
+
+// testVolume is the size the tests' data volumes count as: a node's
+// default disk's, so that a ballast and a quota of that size are what
+// the tests run with, not the host disk's.
+const testVolume = 1 << 30

@@ -92,7 +92,10 @@ func runJoiner(specJSON string) error {
 				select {}
 			}
 		},
-		overrides: overrides{listenOnIP: true},
+		// etcd's own snapshot interval, not a small volume's: a joiner
+		// that caught up from the log then writes no snapshot of its
+		// own, and one found in its directory came from its leader.
+		overrides: overrides{listenOnIP: true, volumeSize: testVolume, snapshots: 10000},
 	}
 	ctx := context.Background()
 	if err := Preflight(ctx, log, filepath.Join(spec.Dir, "esp"), e); err != nil {
@@ -237,7 +240,7 @@ func newJoinCrashCluster(t *testing.T, n int, snapshots uint64) *joinCrashCluste
 		t.Fatal(err)
 	}
 	leader := startWith(t, ctx, n, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert, FounderTicket: founder, FounderStatement: statement}, "",
-		overrides{listenOnIP: true, snapshots: snapshots})
+		overrides{listenOnIP: true, snapshots: snapshots, volumeSize: testVolume})
 	leader.wait(t, "node running cluster=unit")
 	// The leader stops before its directory goes (cleanups run last
 	// registered first).

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -50,6 +51,10 @@ type Config struct {
 	// Timeline, if set, gets the boot's last marks (etcd ready, running)
 	// and is logged once the node runs.
 	Timeline *timeline.Timeline
+	// VolumeSize, if set, stands for the data volume's size in etcd's
+	// space budget (consensus.Config.VolumeSize): a test build's
+	// borough.test.volume, for a quota a boot test fills quickly.
+	VolumeSize int64
 	// overrides are test seams.
 	overrides overrides
 }
@@ -60,6 +65,8 @@ type overrides struct {
 	listenOnIP bool
 	// snapshots is consensus.Config.Snapshots.
 	snapshots uint64
+	// volumeSize is consensus.Config.VolumeSize.
+	volumeSize int64
 }
 
 // Steps of a join, for Config.Pause.
@@ -310,7 +317,7 @@ func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, er
 func (mg *Manager) consensusConfig(name, cluster string, mode consensus.Mode) consensus.Config {
 	c := consensus.Config{
 		Name: name, Cluster: cluster,
-		DataDir: mg.etcdDir(), PKI: mg.pkiFiles(),
+		DataDir: mg.etcdDir(), PKI: mg.pkiFiles(), Volume: mg.cfg.DataRoot,
 		IP: mg.cfg.IP, Mode: mode,
 		Alone: mg.alone(name, mode),
 		Log:   mg.log.With("service", "consensus"),
@@ -319,6 +326,7 @@ func (mg *Manager) consensusConfig(name, cluster string, mode consensus.Mode) co
 		c.ListenIP = mg.cfg.IP
 	}
 	c.Snapshots = mg.cfg.overrides.snapshots
+	c.VolumeSize = cmp.Or(mg.cfg.overrides.volumeSize, mg.cfg.VolumeSize)
 	return c
 }
 

@@ -41,6 +41,10 @@ const (
 	// named by its value straight to the disk, one with a flush and one
 	// without, for a test of disks that lose unflushed writes.
 	TestCacheWrite = "borough.test.cachewrite"
+	// TestVolume makes the node budget its data volume's space as if
+	// the volume had the value's size in MiB (space.Plan): a small quota,
+	// which a boot test fills in seconds.
+	TestVolume = "borough.test.volume"
 	// TestControl is not a parameter but the name of the virtio-serial
 	// port (qemu.Options.Control) from which a test build of the node
 	// takes commands while it runs, such as a step of its clock.

@@ -23,14 +23,7 @@ func TestAuthChurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, done, _ := run(t, ctx, tc.member("n1", "127.0.0.12", ModeNew))
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if st, err := c.Client.AuthStatus(ctx); err == nil && st.Enabled {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("authentication is not on a minute after the member started")
-		}
-	}
+	awaitAuth(t, ctx, c)
 	churnCtx, endChurn := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var churned int

@@ -74,10 +74,12 @@ package consensus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -88,7 +90,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver"
+	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+
+	"github.com/borough-os/borough/datavol"
+	"github.com/borough-os/borough/internal/clientport"
+	"github.com/borough-os/borough/internal/space"
 )
 
 // Ports of every member. HTTPPort is etcd's HTTP endpoints (health,
@@ -165,13 +173,37 @@ type Config struct {
 	// of etcd's 10000: tests use it to make a joining member catch up
 	// from a snapshot rather than from the log.
 	Snapshots uint64
+	// Volume is the root of the data volume that holds DataDir: etcd's
+	// quota and log segments come from its size at every start
+	// (space.Plan), and the member's space keeper watches it.
+	Volume string
+	// VolumeSize, if set, stands for the volume's size: tests use it for
+	// a small quota.
+	VolumeSize int64
 }
+
+// budget is the space budget of the member's volume.
+func (c Config) budget() (space.Budget, error) {
+	if c.VolumeSize > 0 {
+		return space.Plan(c.VolumeSize)
+	}
+	return space.Measure(c.Volume)
+}
+
+// ballast is the path of the volume's ballast file.
+func (c Config) ballast() string { return datavol.Ballast.In(c.Volume) }
 
 // Consensus is a running etcd member.
 type Consensus struct {
 	cfg  Config
 	etcd *embed.Etcd
 	gate *gate
+	// port is the client port; json the JSON API's server on it, once
+	// the member serves.
+	port *clientport.Port
+	json *http.Server
+	// budget is the volume's space budget, as the member started.
+	budget space.Budget
 	// stopUnstall stops the member's unstall (stall.go), which runs from
 	// Start to Close, and waits for it.
 	stopUnstall func()
@@ -190,25 +222,24 @@ func (c *Consensus) PeerURL() string {
 	return u.String()
 }
 
-func (c Config) embed() *embed.Config {
+func (c Config) embed(b space.Budget, grpcServer chan<- *grpc.Server) *embed.Config {
 	ec := embed.NewConfig()
 	ec.Name = c.Name
 	ec.Dir = c.DataDir
 	peer := c.peerURL()
 	client := url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, ClientPort).String()}
-	listen, httpHost := "0.0.0.0", "127.0.0.1"
-	if c.ListenIP.IsValid() {
-		listen, httpHost = c.ListenIP.String(), c.ListenIP.String()
-	}
+	listen, httpHost := c.listen()
 	ec.ListenPeerUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(listen, strconv.Itoa(PeerPort))}}
 	ec.AdvertisePeerUrls = []url.URL{peer}
-	ec.ListenClientUrls = []url.URL{
-		{Scheme: "https", Host: net.JoinHostPort(listen, strconv.Itoa(ClientPort))},
-	}
-	// gRPC alone on the client port, served by gRPC's own transport: on
-	// a shared port etcd serves gRPC through net/http's HTTP/2 server
+	// etcd's own client listener is on the loopback, at a port the
+	// kernel picks: the client port is the node's (internal/clientport),
+	// which hands gRPC connections to etcd's gRPC server (ServiceRegister
+	// below) and HTTP ones to the JSON API (jsonapi.go). gRPC alone on
+	// etcd's listener, served by gRPC's own transport: on a shared port
+	// etcd serves gRPC through net/http's HTTP/2 server
 	// (grpc.Server.ServeHTTP), which costs more per request
 	// (docs/decisions.md, "gRPC on a port of its own").
+	ec.ListenClientUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(httpHost, "0")}}
 	ec.ListenClientHttpUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(httpHost, strconv.Itoa(HTTPPort))}}
 	ec.AdvertiseClientUrls = []url.URL{client}
 	ec.InitialCluster = c.initialCluster(peer.String())
@@ -219,10 +250,15 @@ func (c Config) embed() *embed.Config {
 	}
 	ec.ForceNewCluster = c.ForceNewCluster && c.Mode == ModeRestart
 	ec.MaxLearners = MaxLearners
-	// No gRPC gateway (etcd's HTTP/JSON translation of its API): owners
-	// use etcdctl, which speaks gRPC, and the gateway is more to attack
-	// and more to start: it dials the member's own gRPC server on each
-	// client listener at every start.
+	ec.ServiceRegister = func(s *grpc.Server) {
+		select {
+		case grpcServer <- s:
+		default:
+		}
+	}
+	// Not etcd's gRPC gateway: it would call etcd as the member, not as
+	// its caller; the node serves the gateway's handlers itself
+	// (jsonapi.go).
 	ec.EnableGRPCGateway = false
 	if c.Alone {
 		ec.TickMs, ec.ElectionMs = aloneTiming.tick, aloneTiming.election
@@ -235,6 +271,10 @@ func (c Config) embed() *embed.Config {
 		CertFile: c.PKI.Cert(), KeyFile: c.PKI.Key(),
 		TrustedCAFile: c.PKI.CA(), ClientCertAuth: true, CRLFile: c.PKI.CRL(),
 	}
+	ec.QuotaBackendBytes = b.Quota
+	if b.Snapshots > 0 {
+		ec.SnapshotCount = b.Snapshots
+	}
 	if c.Snapshots > 0 {
 		ec.SnapshotCount, ec.SnapshotCatchUpEntries = c.Snapshots, max(c.Snapshots/10, 1)
 	}
@@ -243,6 +283,15 @@ func (c Config) embed() *embed.Config {
 	ec.Logger = "zap"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(c.Log.With("service", "etcd"), zapcore.InfoLevel))
 	return ec
+}
+
+// listen are the addresses the member listens on: the peer and client
+// ports', and the loopback's (etcd's own client listener, HTTPPort).
+func (c Config) listen() (ports, loopback string) {
+	if c.ListenIP.IsValid() {
+		return c.ListenIP.String(), c.ListenIP.String()
+	}
+	return "0.0.0.0", "127.0.0.1"
 }
 
 // initialCluster is etcd's initial cluster: this member alone, or, when
@@ -270,6 +319,31 @@ func (c Config) initialCluster(self string) string {
 	return strings.Join(entries, ",")
 }
 
+// prepareSpace plans the volume's budget, sets etcd's log segments by it
+// (a package variable of etcd's, the same for every member in the
+// process) and clears the ballast of a full volume, for etcd to start.
+func (c Config) prepareSpace() (space.Budget, error) {
+	b, err := c.budget()
+	if err != nil {
+		return b, err
+	}
+	wal.SegmentSizeBytes = b.Segment
+	cleared, err := space.ClearForStart(c.Volume, c.ballast(), b.Reserve())
+	if err != nil {
+		return b, err
+	}
+	if cleared {
+		c.Log.Error("the data volume is full: its ballast is deleted, for etcd to start")
+	}
+	c.Log.Info("space budget", "volume", mib(b.Volume), "quota", mib(b.Quota), "wal", mib(b.WAL),
+		"wal_segment", mib(b.Segment), "snapshot_every", b.Snapshots, "defrag_copy", mib(b.Defrag),
+		"borough", mib(b.Node), "margin", mib(b.Margin), "ballast", mib(b.Ballast))
+	return b, nil
+}
+
+// mib is n bytes, in MiB, for the log.
+func mib(n int64) string { return strconv.FormatInt(n>>20, 10) + "MiB" }
+
 // Start starts the member and waits until it serves: a new or joining
 // member for startTimeout, a restarting one as long as it takes (until
 // ctx ends), for its quorum comes back with its peers, however late, or
@@ -283,12 +357,23 @@ func Start(ctx context.Context, cfg Config) (_ *Consensus, err error) {
 		cfg.Log.Info("the only member of its cluster: raft with a short election timeout until another member votes",
 			"tick", time.Duration(aloneTiming.tick)*time.Millisecond, "election", time.Duration(aloneTiming.election)*time.Millisecond)
 	}
-	e, err := embed.StartEtcd(cfg.embed())
+	budget, err := cfg.prepareSpace()
 	if err != nil {
+		return nil, err
+	}
+	listen, _ := cfg.listen()
+	port, err := clientport.Listen(net.JoinHostPort(listen, strconv.Itoa(ClientPort)))
+	if err != nil {
+		return nil, err
+	}
+	grpcServer := make(chan *grpc.Server, 1)
+	e, err := embed.StartEtcd(cfg.embed(budget, grpcServer))
+	if err != nil {
+		port.Close()
 		return nil, fmt.Errorf("starting etcd: %w", err)
 	}
 	g := newGate()
-	member := &Consensus{cfg: cfg, etcd: e, gate: g, Client: localClient(e.Server, nodeUser, g)}
+	member := &Consensus{cfg: cfg, etcd: e, gate: g, port: port, budget: budget, Client: localClient(e.Server, nodeUser, g)}
 	member.stopUnstall = member.startUnstall()
 	defer func() {
 		if err != nil {
@@ -318,7 +403,34 @@ func Start(ctx context.Context, cfg Config) (_ *Consensus, err error) {
 			return nil, err
 		}
 	}
+	if err := member.serveClientPort(ctx, grpcServer); err != nil {
+		return nil, err
+	}
 	return member, nil
+}
+
+// serveClientPort serves the client port once etcd serves: gRPC
+// connections by etcd's gRPC server, which etcd hands over as it starts
+// serving (and stops, with the listener, as it closes), HTTP ones by the
+// JSON API.
+func (c *Consensus) serveClientPort(ctx context.Context, grpcServer <-chan *grpc.Server) error {
+	var gs *grpc.Server
+	select {
+	case gs = <-grpcServer:
+	case <-time.After(startTimeout):
+		return errors.New("etcd did not start its gRPC server")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	srv, tlsCfg, err := jsonServer(c.etcd.Server, c.gate, c.cfg.PKI, c.etcd.Server.Logger())
+	if err != nil {
+		return err
+	}
+	c.json = srv
+	go gs.Serve(c.port.GRPC())
+	go srv.Serve(tls.NewListener(c.port.HTTP(), tlsCfg))
+	go c.port.Serve()
+	return nil
 }
 
 // awaitVersion waits until a new cluster has its version, which its
@@ -381,7 +493,8 @@ func (c *Consensus) Run(ctx context.Context) error {
 	// Stops the watchers (before Close, deferred earlier) whatever ends Run.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
+	go func() { errs <- c.keepSpace(ctx) }()
 	go func() { errs <- c.watchCRL(ctx) }()
 	go func() { errs <- c.autopromote(ctx) }()
 	go func() { errs <- c.keepAuth(ctx) }()
@@ -472,6 +585,10 @@ type Member struct {
 // Close stops the member: its unstall and the node's own requests end
 // first (gate.go), then its client, then etcd and its data.
 func (c *Consensus) Close() {
+	c.port.Close()
+	if c.json != nil {
+		c.json.Close()
+	}
 	c.stopUnstall()
 	if !c.gate.close() {
 		c.cfg.Log.Warn("closing etcd with requests of the node still in it", "waited", closeWait)

@@ -6,18 +6,22 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"io"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/auth"
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
 	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 )
 
 // The node's own client, with etcd authentication on (auth.go).
@@ -38,34 +42,42 @@ import (
 // the node must add and remove members, which etcd lets root alone do.
 const nodeUser = "root"
 
-// as puts in a request's context the identity of user, and lets the
-// request in through g.
+// as puts in a request's context the identity of its user, and lets the
+// request in through g: identity says what a TLS connection would have
+// verified, for the node's own client a fixed user (asUser), for the JSON
+// API the caller's (jsonapi.go).
 type as struct {
-	user *x509.Certificate
-	g    *gate
+	identity func(context.Context) credentials.TLSInfo
+	g        *gate
 }
 
 func asUser(name string, g *gate) as {
-	return as{user: &x509.Certificate{Subject: pkix.Name{CommonName: name}}, g: g}
+	info := credentials.TLSInfo{State: tls.ConnectionState{
+		VerifiedChains: [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: name}}}},
+	}}
+	return as{identity: func(context.Context) credentials.TLSInfo { return info }, g: g}
 }
 
 func (a as) ctx(ctx context.Context) context.Context {
-	ctx = peer.NewContext(ctx, &peer.Peer{AuthInfo: credentials.TLSInfo{
-		State: tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{a.user}}},
-	}})
+	ctx = peer.NewContext(ctx, &peer.Peer{AuthInfo: a.identity(ctx)})
 	if _, ok := metadata.FromIncomingContext(ctx); !ok {
 		ctx = metadata.NewIncomingContext(ctx, metadata.MD{})
 	}
 	return ctx
 }
 
-// stream serves a stream through the gate, as the client's user.
-func (a as) stream(ctx context.Context, serve func(context.Context) error) error {
-	ctx, leave, err := a.g.enter(ctx)
+// stream serves st through the gate, as the client's user. Its header
+// goes first, empty, as gRPC's transport would send it: the JSON API's
+// gateway waits for it before it answers, and etcd's servers send none.
+func (a as) stream(st grpc.ServerStream, serve func(context.Context) error) error {
+	ctx, leave, err := a.g.enter(st.Context())
 	if err != nil {
 		return err
 	}
 	defer leave()
+	if err := st.SendHeader(nil); err != nil {
+		return err
+	}
 	return serve(a.ctx(ctx))
 }
 
@@ -107,7 +119,7 @@ func localClient(s *etcdserver.EtcdServer, user string, g *gate) *clientv3.Clien
 	c.Lease = clientv3.NewLeaseFromLeaseClient(adapter.LeaseServerToLeaseClient(leaseAs{v3rpc.NewQuotaLeaseServer(s), a}), c, time.Second)
 	c.Watcher = blankWatcher{clientv3.NewWatchFromWatchClient(adapter.WatchServerToWatchClient(watchAs{v3rpc.NewWatchServer(s), a}), c)}
 	c.Maintenance = clientv3.NewMaintenanceFromMaintenanceClient(
-		adapter.MaintenanceServerToMaintenanceClient(maintenanceAs{v3rpc.NewMaintenanceServer(s, nil), a}), c)
+		adapter.MaintenanceServerToMaintenanceClient(maintenanceAs{v3rpc.NewMaintenanceServer(s, nil), a, s}), c)
 	c.Cluster = clientv3.NewClusterFromClusterClient(adapter.ClusterServerToClusterClient(clusterAs{v3rpc.NewClusterServer(s), a}), c)
 	c.Auth = clientv3.NewAuthFromAuthClient(adapter.AuthServerToAuthClient(authAs{v3rpc.NewAuthServer(s), a}), c)
 	return c
@@ -134,6 +146,18 @@ type bidiAs[Req, Resp any] struct {
 
 func (s bidiAs[Req, Resp]) Context() context.Context { return s.ctx }
 
+// Recv says io.EOF when the client has closed its side of the stream,
+// as gRPC's transport does: etcd's in-process pipe says Canceled, and
+// etcd's servers end the stream on it, with its answers still to come
+// (a JSON watch sends its request, closes its side, and reads on).
+func (s bidiAs[Req, Resp]) Recv() (*Req, error) {
+	r, err := s.BidiStreamingServer.Recv()
+	if status.Code(err) == codes.Canceled && s.ctx.Err() == nil {
+		return nil, io.EOF
+	}
+	return r, err
+}
+
 type streamAs[Resp any] struct {
 	grpc.ServerStreamingServer[Resp]
 	ctx context.Context
@@ -151,7 +175,7 @@ func (s kvAs) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse,
 }
 
 func (s kvAs) RangeStream(r *pb.RangeRequest, st grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
-	return s.stream(st.Context(), func(ctx context.Context) error {
+	return s.stream(st, func(ctx context.Context) error {
 		return s.KVServer.RangeStream(r, streamAs[pb.RangeStreamResponse]{st, ctx})
 	})
 }
@@ -178,7 +202,7 @@ type watchAs struct {
 }
 
 func (s watchAs) Watch(st grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResponse]) error {
-	return s.stream(st.Context(), func(ctx context.Context) error {
+	return s.stream(st, func(ctx context.Context) error {
 		return s.WatchServer.Watch(bidiAs[pb.WatchRequest, pb.WatchResponse]{st, ctx})
 	})
 }
@@ -197,7 +221,7 @@ func (s leaseAs) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb
 }
 
 func (s leaseAs) LeaseKeepAlive(st grpc.BidiStreamingServer[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]) error {
-	return s.stream(st.Context(), func(ctx context.Context) error {
+	return s.stream(st, func(ctx context.Context) error {
 		return s.LeaseServer.LeaseKeepAlive(bidiAs[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]{st, ctx})
 	})
 }
@@ -246,6 +270,7 @@ func (s clusterAs) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest
 type maintenanceAs struct {
 	pb.MaintenanceServer
 	as
+	etcd *etcdserver.EtcdServer
 }
 
 func (s maintenanceAs) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
@@ -256,9 +281,27 @@ func (s maintenanceAs) Status(ctx context.Context, r *pb.StatusRequest) (*pb.Sta
 	return fresh(s.as, ctx, func(ctx context.Context) (*pb.StatusResponse, error) { return s.MaintenanceServer.Status(ctx, r) })
 }
 
+// Defragment defragments the member's database if the caller is an
+// administrator, as etcd's maintenance server does; but not through it:
+// it tells etcd's gRPC health service of each defragmentation, and one
+// made in process has none (etcd's type for it is unexported, and a nil
+// one panics).
 func (s maintenanceAs) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
 	return fresh(s.as, ctx, func(ctx context.Context) (*pb.DefragmentResponse, error) {
-		return s.MaintenanceServer.Defragment(ctx, r)
+		ai, err := s.etcd.AuthInfoFromCtx(ctx)
+		if err != nil {
+			return nil, rpctypes.ErrGRPCPermissionDenied
+		}
+		if err := s.etcd.AuthStore().IsAdminPermitted(ai); err != nil {
+			if errors.Is(err, auth.ErrUserEmpty) {
+				return nil, rpctypes.ErrGRPCUserEmpty
+			}
+			return nil, rpctypes.ErrGRPCPermissionDenied
+		}
+		if err := s.etcd.Defragment(); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		return &pb.DefragmentResponse{}, nil
 	})
 }
 
@@ -271,7 +314,7 @@ func (s maintenanceAs) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.Has
 }
 
 func (s maintenanceAs) Snapshot(r *pb.SnapshotRequest, st grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
-	return s.stream(st.Context(), func(ctx context.Context) error {
+	return s.stream(st, func(ctx context.Context) error {
 		return s.MaintenanceServer.Snapshot(r, streamAs[pb.SnapshotResponse]{st, ctx})
 	})
 }

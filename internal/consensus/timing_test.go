@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/borough-os/borough/internal/space"
 	"log/slog"
 	"os"
 	"testing"
@@ -17,7 +18,7 @@ func TestTiming(t *testing.T) {
 		alone          bool
 		tick, election uint
 	}{{true, 10, 50}, {false, 100, 1000}} {
-		ec := Config{Name: "n1", Cluster: "test", Mode: ModeNew, Alone: tc.alone, Log: slog.Default()}.embed()
+		ec := Config{Name: "n1", Cluster: "test", Mode: ModeNew, Alone: tc.alone, Log: slog.Default()}.embed(space.Budget{}, nil)
 		if ec.TickMs != tc.tick || ec.ElectionMs != tc.election {
 			t.Errorf("alone %v: tick %d ms, election %d ms; want %d, %d", tc.alone, ec.TickMs, ec.ElectionMs, tc.tick, tc.election)
 		}
