@@ -50,7 +50,7 @@ expires (--ttl). Give it to 'borough enrolment join'.`,
 	t.Flags().DurationVar(&f.ttl, "ttl", ticket.DefaultTTL, "how long the ticket admits a node")
 	t.Flags().BoolVar(&f.learner, "learner", false, "the node stays a learner: it holds the data but never votes")
 	t.Flags().StringVar(&f.policy, "storage-policy", "", "the joining node's TPM use: best-effort, required or disabled")
-	c.AddCommand(t, admitCommand(), backupCommand(), verifyBackupCommand(), clusterRecoverCommand(), credentialCommand())
+	c.AddCommand(t, admitCommand(), backupCommand(), verifyBackupCommand(), clusterRecoverCommand(), credentialCommand(), defragCommand())
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -65,14 +66,20 @@ naming each and why.`,
 
 // memberHealth is one member's row of `borough health`.
 type memberHealth struct {
-	Name        string         `json:"name"`
-	ID          string         `json:"id"`
-	Learner     bool           `json:"learner"`
-	Leader      bool           `json:"leader"`
-	Endpoint    string         `json:"endpoint,omitempty"`
-	RaftIndex   uint64         `json:"raft_index"`
-	Lag         uint64         `json:"lag"`
-	DBSize      int64          `json:"db_size"`
+	Name      string `json:"name"`
+	ID        string `json:"id"`
+	Learner   bool   `json:"learner"`
+	Leader    bool   `json:"leader"`
+	Endpoint  string `json:"endpoint,omitempty"`
+	RaftIndex uint64 `json:"raft_index"`
+	Lag       uint64 `json:"lag"`
+	DBSize    int64  `json:"db_size"`
+	DBInUse   int64  `json:"db_in_use"`
+	// Quota and VolumeFree are what the member last reported of its
+	// space (keyspace.SpaceReport): etcd's quota, and what is free on
+	// its data volume.
+	Quota       int64          `json:"quota,omitempty"`
+	VolumeFree  int64          `json:"volume_free,omitempty"`
 	Alarms      []string       `json:"alarms,omitempty"`
 	API         string         `json:"api,omitempty"`
 	Version     string         `json:"version,omitempty"`
@@ -198,6 +205,10 @@ func readHealth(ctx context.Context, etcd *clientv3.Client, endpoints []string) 
 	if err != nil {
 		return nil, err
 	}
+	space, err := admin.SpaceReports(ctx, etcd)
+	if err != nil {
+		return nil, err
+	}
 	h := &clusterHealth{ClusterID: fmt.Sprintf("%x", list.Header.ClusterId)}
 	for _, m := range list.Members {
 		mh := memberHealth{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Learner: m.IsLearner, Leader: m.ID == leader, urls: m.ClientURLs}
@@ -207,12 +218,15 @@ func readHealth(ctx context.Context, etcd *clientv3.Client, endpoints []string) 
 			}
 		}
 		if st := status[m.ID]; st != nil {
-			mh.Endpoint, mh.RaftIndex, mh.DBSize = endpointOf[m.ID], st.RaftIndex, st.DbSize
+			mh.Endpoint, mh.RaftIndex, mh.DBSize, mh.DBInUse = endpointOf[m.ID], st.RaftIndex, st.DbSize, st.DbSizeInUse
 			if l := status[leader]; l != nil && l.RaftIndex > st.RaftIndex {
 				mh.Lag = l.RaftIndex - st.RaftIndex
 			}
 		} else {
 			mh.Problems = append(mh.Problems, "client port: none of ENDPOINTS answers for it")
+		}
+		if r, ok := space[m.Name]; ok {
+			mh.Quota, mh.VolumeFree = r.Quota, r.Free
 		}
 		h.Members = append(h.Members, mh)
 	}
@@ -238,7 +252,7 @@ func (m *memberHealth) ask(ctx context.Context, c *nodeapi.Client) {
 // maxClock is how far its clock may be from the owner's.
 func (m *memberHealth) judge(maxClock time.Duration) {
 	if len(m.Alarms) > 0 {
-		m.Problems = append(m.Problems, "alarms: "+strings.Join(m.Alarms, ","))
+		m.Problems = append(m.Problems, "alarms: "+strings.Join(m.Alarms, ",")+m.spaceText())
 	}
 	if m.Lag > maxLag {
 		m.Problems = append(m.Problems, fmt.Sprintf("raft log %d entries behind its leader's", m.Lag))
@@ -251,19 +265,28 @@ func (m *memberHealth) judge(maxClock time.Duration) {
 	}
 }
 
+// spaceText says, for a member with etcd's space alarm, how full it is.
+func (m *memberHealth) spaceText() string {
+	if !slices.Contains(m.Alarms, "NOSPACE") {
+		return ""
+	}
+	return fmt.Sprintf(" (writes refused: database %s, %s in use, quota %s; %s free on its volume)",
+		mib(m.DBSize), mib(m.DBInUse), mib(m.Quota), mib(m.VolumeFree))
+}
+
 // print prints h as a table.
 func (h *clusterHealth) print(stdout io.Writer) {
 	fmt.Fprintf(stdout, "cluster %s: %d members\n", h.ClusterID, len(h.Members))
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "MEMBER\tROLE\tRAFT (LAG)\tDB\tVERSION\tSTATE\tCLOCK\tDATA\tUNLOCK KEY\tPROBLEMS")
+	fmt.Fprintln(w, "MEMBER\tROLE\tRAFT (LAG)\tDB (IN USE) OF QUOTA\tVERSION\tSTATE\tCLOCK\tDATA\tUNLOCK KEY\tPROBLEMS")
 	for _, m := range h.Members {
 		role := roleText(m.Learner, m.Leader)
 		problems := "-"
 		if len(m.Problems) > 0 {
 			problems = strings.Join(m.Problems, "; ")
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d (%d)\t%s\t%s %s\t%s\t%+.3f s\t%s of %s\t%s\t%s\n", m.Name, role, m.RaftIndex, m.Lag,
-			mib(m.DBSize), m.Version, m.Slot, m.State, m.ClockOffset, mib(int64(m.DataUsed)), mib(int64(m.DataSize)),
+		fmt.Fprintf(w, "%s\t%s\t%d (%d)\t%s (%s) of %s\t%s %s\t%s\t%+.3f s\t%s of %s\t%s\t%s\n", m.Name, role, m.RaftIndex, m.Lag,
+			mib(m.DBSize), mib(m.DBInUse), mib(m.Quota), m.Version, m.Slot, m.State, m.ClockOffset, mib(int64(m.DataUsed)), mib(int64(m.DataSize)),
 			escrowText(m.Escrow, m.HoldersUp), problems)
 	}
 	w.Flush()

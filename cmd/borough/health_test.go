@@ -17,7 +17,9 @@ func TestJudge(t *testing.T) {
 		want []string
 	}{
 		{"healthy", memberHealth{State: "Running", ClockOffset: 0.2, Lag: 3}, nil},
-		{"an alarm", memberHealth{State: "Running", Alarms: []string{"NOSPACE"}}, []string{"alarms: NOSPACE"}},
+		{"a corruption alarm", memberHealth{State: "Running", Alarms: []string{"CORRUPT"}}, []string{"alarms: CORRUPT"}},
+		{"the space alarm", memberHealth{State: "Running", Alarms: []string{"NOSPACE"}, DBSize: 90 << 20, DBInUse: 89 << 20, Quota: 90 << 20, VolumeFree: 300 << 20},
+			[]string{"alarms: NOSPACE (writes refused: database 90.0 MiB, 89.0 MiB in use, quota 90.0 MiB; 300.0 MiB free on its volume)"}},
 		{"lagging", memberHealth{State: "Running", Lag: maxLag + 1}, []string{"raft log 1001 entries behind its leader's"}},
 		{"not running", memberHealth{State: "Restarting"}, []string{"state Restarting"}},
 		{"a clock ahead", memberHealth{State: "Running", ClockOffset: 2.5}, []string{"clock +2.5 s from yours"}},
