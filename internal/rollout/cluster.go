@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/nodeapi"
 )
 
@@ -55,9 +57,24 @@ type Cluster struct {
 	Wait, Settle time.Duration
 }
 
+// full says a rollout goes on unmarked: a full cluster takes no writes,
+// and may need the update most.
+const full = "the cluster is full (etcd's space alarm): members may defragment during this rollout"
+
+// markTTL is the lease of the rollout's mark: a rollout cut off (the
+// owner's tool killed) lets members defragment again within it.
+const markTTL = 60
+
 // Run updates every member that does not run up.Version, one at a time,
-// each only once the whole cluster runs.
+// each only once the whole cluster runs. While it runs, a mark in etcd
+// (keyspace.Rollout) tells members not to defragment: a member that
+// defragments stops serving, and one rebooting for its update is enough.
 func (c *Cluster) Run(ctx context.Context, up Update) error {
+	unmark, err := c.mark(ctx)
+	if err != nil {
+		return err
+	}
+	defer unmark()
 	start := time.Now()
 	for n := 0; ; n++ {
 		ms, err := c.awaitWhole(ctx)
@@ -85,6 +102,41 @@ func (c *Cluster) Run(ctx context.Context, up Update) error {
 			return fmt.Errorf("%s: %w; the rollout stopped with every other member as it was", next.Name, err)
 		}
 	}
+}
+
+// mark puts the rollout's mark on a lease kept alive until the returned
+// function revokes it.
+func (c *Cluster) mark(ctx context.Context) (func(), error) {
+	lease, err := c.Etcd.Grant(ctx, markTTL)
+	if errors.Is(err, rpctypes.ErrNoSpace) {
+		fmt.Fprintln(c.Out, full)
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("a lease for the rollout's mark: %w", err)
+	}
+	keep, cancel := context.WithCancel(ctx)
+	if _, err := c.Etcd.KeepAlive(keep, lease.ID); err != nil {
+		cancel()
+		return nil, fmt.Errorf("keeping the rollout's lease: %w", err)
+	}
+	unmark := func() {
+		cancel()
+		revoke, done := context.WithTimeout(context.WithoutCancel(ctx), statusTimeout)
+		defer done()
+		// A mark not revoked goes with its lease, within markTTL.
+		_, _ = c.Etcd.Revoke(revoke, lease.ID)
+	}
+	_, err = c.Etcd.Put(ctx, keyspace.Rollout, time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(lease.ID))
+	if errors.Is(err, rpctypes.ErrNoSpace) {
+		fmt.Fprintln(c.Out, full)
+		return unmark, nil
+	}
+	if err != nil {
+		unmark()
+		return nil, fmt.Errorf("marking the rollout in etcd (%s): %w", keyspace.Rollout, err)
+	}
+	return unmark, nil
 }
 
 // Next is the member to update next: a learner first, the leader last,
