@@ -18,10 +18,10 @@ import (
 )
 
 // spaceVolume is the size, in MiB, TestSpace's node budgets its data
-// volume as (cmdline.TestVolume): a quota of 85 MiB, which etcdctl fills
-// in a minute under emulation; the real volume is the image's, over
-// twice as large, so the filesystem itself never fills here.
-const spaceVolume = 320
+// volume as (cmdline.TestVolume): a quota of 74 MiB, which etcdctl fills
+// in a minute under emulation; the real volume is the image's (722 MiB),
+// so the filesystem itself never fills here.
+const spaceVolume = 400
 
 // TestSpace writes a node full through etcdctl, as the README's single
 // node would be by an application: etcd's space alarm refuses writes
@@ -39,7 +39,7 @@ func TestSpace(t *testing.T) {
 		TestParams: cmdline.TestVolume + "=" + strconv.Itoa(spaceVolume),
 		Forwards:   []qemu.Forward{{Host: port, Guest: 2379}, {Host: apiPort, Guest: 7835}}}
 	vm := boot(t, opts)
-	expect(t, vm, bootTimeout, "borough: consensus: space budget volume=320MiB", running)
+	expect(t, vm, bootTimeout, "borough: consensus: space budget volume=400MiB", running)
 	fp := fingerprint(t, vm)
 	env := etcdEnv(t, config, node, fp)
 	value := filepath.Join(t.TempDir(), "value")
@@ -71,6 +71,7 @@ func TestSpace(t *testing.T) {
 	}
 	health := cliFails(t, "--config", config, "health", node, "--fingerprint", fp, "--api", name[1]+"="+api, "--max-clock-offset", "1h")
 	contains(t, "borough health of the full node", health, "alarms: NOSPACE (writes refused: database")
+	t.Logf("borough health of the full node:\n%s", health)
 
 	vm.Kill()
 	vm = boot(t, opts)

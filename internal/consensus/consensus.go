@@ -271,7 +271,7 @@ func (c Config) embed(b space.Budget, grpcServer chan<- *grpc.Server) *embed.Con
 		CertFile: c.PKI.Cert(), KeyFile: c.PKI.Key(),
 		TrustedCAFile: c.PKI.CA(), ClientCertAuth: true, CRLFile: c.PKI.CRL(),
 	}
-	ec.QuotaBackendBytes = b.Quota
+	ec.QuotaBackendBytes, ec.MaxWalFiles = b.Quota, space.WALFiles
 	if b.Snapshots > 0 {
 		ec.SnapshotCount = b.Snapshots
 	}

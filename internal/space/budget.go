@@ -45,6 +45,9 @@ const (
 	NodeBytes = 48 * MiB
 	// MaxRequestBytes is the largest request etcd takes (its default).
 	MaxRequestBytes = 1536 << 10
+	// WALFiles is how many WAL segments etcd keeps (embed.Config's
+	// MaxWalFiles), however recent its last snapshot.
+	WALFiles = 5
 	// MinQuota is the smallest quota worth running etcd with.
 	MinQuota = 64 * MiB
 	// MaxQuota is the largest quota etcd takes.
@@ -84,15 +87,19 @@ func plan(size int64) Budget {
 	b := Budget{Volume: size, Node: NodeBytes}
 	b.Margin = size / 20
 	b.Ballast = clamp(size/64, 16*MiB, 256*MiB)
-	b.WAL = clamp(size/8, 64*MiB, 8*GiB)
+	// A WAL of an eighth of the volume sets the segments' size and how
+	// often etcd snapshots; its share is then what the log holds at the
+	// worst: WALFiles segments, which etcd keeps whatever the snapshots,
+	// or every entry since the last snapshot at the largest request,
+	// the segment before it and the one preallocated.
+	target := clamp(size/8, 64*MiB, 8*GiB)
 	b.Segment = 8 * MiB
-	for b.Segment < 64*MiB && b.Segment*16 <= b.WAL {
+	for b.Segment < 64*MiB && b.Segment*16 <= target {
 		b.Segment *= 2
 	}
-	// The log grows by at most Snapshots requests between snapshots,
-	// with three segments (the one being written, the one preallocated,
-	// the last before the snapshot) beside them.
-	b.Snapshots = uint64(clamp((b.WAL-3*b.Segment)/MaxRequestBytes, 100, 10000))
+	b.Snapshots = uint64(clamp((target-3*b.Segment)/MaxRequestBytes, 100, 10000))
+	sinceSnapshot := (int64(b.Snapshots)*MaxRequestBytes + b.Segment - 1) / b.Segment
+	b.WAL = max(WALFiles+1, sinceSnapshot+2) * b.Segment
 	left := size - b.Node - b.Margin - b.Ballast - b.WAL
 	b.Quota = min(left/2, MaxQuota)
 	b.Defrag = b.Quota

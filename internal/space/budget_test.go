@@ -11,13 +11,13 @@ func TestPlan(t *testing.T) {
 		volume    int64
 		wantQuota int64 // in MiB, 0 for an error
 	}{
-		{"the smallest volume", 300 * MiB, 78},
-		{"the test volume of TestSpace", 320 * MiB, 88},
-		{"the image's volume", 722 * MiB, 265},
-		{"one GiB", GiB, 390},
+		{"the smallest volume", 384 * MiB, 66},
+		{"the test volume of TestSpace", 400 * MiB, 74},
+		{"the image's volume", 722 * MiB, 226},
+		{"one GiB", GiB, 358},
 		{"a small disk", 32 * GiB, 8192},
 		{"a large disk", 2000 * GiB, 8192},
-		{"too small", 200 * MiB, 0},
+		{"too small", 300 * MiB, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := Plan(tc.volume)
@@ -39,8 +39,8 @@ func TestPlan(t *testing.T) {
 			if b.Reserve() >= b.Margin || b.Reserve() <= 0 {
 				t.Errorf("reserve %d outside the margin %d", b.Reserve(), b.Margin)
 			}
-			if b.Segment*4 > b.WAL {
-				t.Errorf("WAL segments of %d MiB in a WAL share of %d MiB", b.Segment/MiB, b.WAL/MiB)
+			if worst := max(int64(b.Snapshots)*MaxRequestBytes+2*b.Segment, (WALFiles+1)*b.Segment); b.WAL < worst {
+				t.Errorf("a WAL share of %d MiB, under the log's worst case of %d MiB", b.WAL/MiB, worst/MiB)
 			}
 			if b.Snapshots < 100 || b.Snapshots > 10000 {
 				t.Errorf("a snapshot every %d entries", b.Snapshots)
