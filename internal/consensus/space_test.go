@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +13,12 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/borough-os/borough/internal/space"
 )
 
-// TestSpace runs a real one-member etcd whose volume counts as 300 MiB
+// TestSpace runs a real one-member etcd whose volume counts as 400 MiB
 // and writes it full: etcd's quota is the budget's, writes are refused
 // with its space alarm while reads and watches go on, and once the keys
 // are deleted the keeper compacts, defragments and clears the alarm, and
@@ -25,7 +28,7 @@ func TestSpace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := tc.member("n1", "127.0.0.14", ModeNew)
-	cfg.VolumeSize = 300 << 20
+	cfg.VolumeSize = 400 << 20
 	c, done, _ := run(t, ctx, cfg)
 	b, err := space.Plan(cfg.VolumeSize)
 	if err != nil {
@@ -66,13 +69,10 @@ func TestSpace(t *testing.T) {
 	if _, err := c.Client.Delete(ctx, "fill/", clientv3.WithPrefix()); err != nil {
 		t.Fatalf("deleting from a full member: %v", err)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		if _, err := c.Client.Put(ctx, "after", "x"); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("writes still refused two minutes after the keys were deleted: %v", err)
-		}
-	}
+	awaitTrue(t, 2*time.Minute, "writes back after the keys were deleted", func() bool {
+		_, err := c.Client.Put(ctx, "after", "x")
+		return err == nil
+	})
 	st, err := c.Client.Status(ctx, "")
 	if err != nil {
 		t.Fatal(err)
@@ -89,5 +89,100 @@ func TestSpace(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("the member stopped: %v", err)
 	default:
+	}
+}
+
+// TestVolumeFull fills a member's data volume (a real tmpfs) by someone
+// else's doing, not etcd's: the keeper raises the member's space alarm,
+// so writes are refused while reads go on and the member keeps running,
+// deletes the ballast for etcd to keep its room, and once the volume has
+// room again clears the alarm by itself.
+func TestVolumeFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the data volume is a tmpfs of its own, which only root mounts")
+	}
+	tc := newTestCA(t)
+	vol := filepath.Join(tc.dir, "n1")
+	if err := os.MkdirAll(vol, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", vol, "tmpfs", 0, "size=600m"); err != nil {
+		t.Fatalf("mounting a tmpfs as the data volume: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(vol, unix.MNT_DETACH) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := tc.member("n1", "127.0.0.15", ModeNew)
+	cfg.VolumeSize = 0
+	c, done, _ := run(t, ctx, cfg)
+	b := c.Budget()
+	if b.Volume != 600<<20 {
+		t.Fatalf("the budget of a 600 MiB volume counts %d MiB", b.Volume>>20)
+	}
+	awaitTrue(t, time.Minute, "the keeper's ballast on the volume", func() bool {
+		_, err := os.Stat(cfg.ballast())
+		return err == nil
+	})
+	if _, err := c.Client.Put(ctx, "before", "x"); err != nil {
+		t.Fatal(err)
+	}
+
+	hog := filepath.Join(vol, "someone-else's")
+	_, free, err := space.Usage(vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, hog, free-b.Reserve()/4)
+	awaitTrue(t, time.Minute, "writes refused on a full volume", func() bool {
+		_, err := c.Client.Put(ctx, "during", "x")
+		return errors.Is(rpctypes.Error(err), rpctypes.ErrNoSpace)
+	})
+	if got, err := c.Client.Get(ctx, "before"); err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("reading from a member whose volume is full: %v, %v", got, err)
+	}
+	if _, err := os.Stat(cfg.ballast()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the ballast of a full volume is still there: %v", err)
+	}
+
+	if err := os.Remove(hog); err != nil {
+		t.Fatal(err)
+	}
+	awaitTrue(t, time.Minute, "writes back once the volume has room", func() bool {
+		_, err := c.Client.Put(ctx, "after", "x")
+		return err == nil
+	})
+	for _, said := range []string{"etcd's space alarm: the cluster refuses writes", "its ballast is deleted", "etcd's space alarm cleared"} {
+		if !strings.Contains(tc.logs.String(), said) {
+			t.Errorf("the log does not say %q", said)
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the member stopped: %v", err)
+	default:
+	}
+}
+
+// fill makes a file of size bytes at path, its blocks allocated.
+func fill(t *testing.T, path string, size int64) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
+		t.Fatalf("filling the volume with %d MiB: %v", size>>20, err)
+	}
+}
+
+// awaitTrue polls f every half second until it holds, failing the test
+// with what it waited for if timeout passes first.
+func awaitTrue(t *testing.T, timeout time.Duration, what string, f func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !f(); time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after %v for %s", timeout, what)
+		}
 	}
 }

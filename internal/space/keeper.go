@@ -112,12 +112,18 @@ func (r round) any() bool {
 }
 
 // Run keeps the member's space until ctx ends. Its first round waits a
-// calm interval: nothing at a boot needs it sooner (etcd keeps its alarm
-// across restarts, and a full volume's ballast goes before etcd starts:
-// ClearForStart), and a member's first seconds are its cluster's busiest.
+// calm interval, unless the volume is near its reserve: etcd keeps its
+// alarm across restarts, and a member's first seconds are its cluster's
+// busiest; but a member that starts on a volume filled by someone else
+// (its ballast deleted for etcd to start: ClearForStart) raises its
+// alarm at once.
 func (k *Keeper) Run(ctx context.Context) error {
 	k.restoreReport(ctx)
-	t := time.NewTimer(calm)
+	first := calm
+	if _, free, err := Usage(k.Volume); err == nil && free < k.Budget.Reserve()+k.Budget.Ballast {
+		first = 0
+	}
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
