@@ -18,6 +18,7 @@ packages=(
 	systemd-boot-efi ovmf qemu-system-x86 swtpm swtpm-tools
 	e2fsprogs dosfstools mtools gdisk cryptsetup-bin protobuf-compiler etcd-client
 	sbsigntool efitools osslsigncode squashfs-tools nbdkit qemu-utils dnsmasq-base prometheus
+	curl patroni postgresql-15
 )
 
 say() { printf 'build: %s\n' "$*" >&2; }

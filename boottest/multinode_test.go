@@ -42,7 +42,10 @@ func TestMultiNode(t *testing.T) {
 	t.Run("restart at a new address", m.newAddress)
 	t.Run("crash while joining", m.crashWhileJoining)
 	t.Run("revocation", m.revocation)
+	t.Run("applications over JSON", m.applications)
+	t.Run("patroni and clientv3", m.realApplications)
 	t.Run("rolling update under writes", m.rollingUpdate)
+	t.Run("applications through the rolling update", m.applicationsThroughUpdate)
 	t.Run("support bundle", m.supportBundle)
 	t.Run("dashboard under writes", m.dashboard)
 	t.Run("quorum lost for good", m.quorumLost)
@@ -101,6 +104,11 @@ type multi struct {
 	// restored is the first node of the cluster "restore from a backup"
 	// made, and rejoined the node that joined it.
 	restored, rejoined *multinode.Node
+	// pg is the PostgreSQL cluster and app the Go application "patroni
+	// and clientv3" started; the first is watched from pgSince on.
+	pg      *patroni
+	app     *goApp
+	pgSince time.Time
 }
 
 func (m *multi) owner(t *testing.T) tls.Certificate {
