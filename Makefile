@@ -53,7 +53,7 @@ reproducible: image
 bench: image
 	./bench/build.sh
 	$(GO) test -run '^$$' -bench . ./internal/logtree/ ./internal/nodeapi/
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./internal/cluster/
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./internal/cluster/ ./internal/consensus/
 	$(GO) test -tags boot -run '^$$' -bench . -benchtime 1x -timeout 90m -v ./boottest/
 
 # The fault-injection suite on its own, for longer: SEED= reruns a schedule,

@@ -24,7 +24,7 @@ itself once a quarter of its database is free: one member at a time, the
 leader last (it hands its leadership over first), never during a rollout.
 A member serves nothing while bbolt copies its database. defrag waits
 until every member has done it (--wait) and prints each one's database
-before and after; a member that is down does it when it is back.`,
+afterwards; a member that is down does it when it is back.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return defrag(cmd.OutOrStdout(), args[0], fingerprint, wait)

@@ -197,7 +197,7 @@ func TestPromotable(t *testing.T) {
 // testCA is a cluster CA with its owner and first CRL, for members that
 // run in a test; their logs are printed if the test fails.
 type testCA struct {
-	t     *testing.T
+	t     testing.TB
 	dir   string
 	now   time.Time
 	ca    *pki.CA
@@ -206,7 +206,7 @@ type testCA struct {
 	logs  *bytes.Buffer
 }
 
-func newTestCA(t *testing.T) *testCA {
+func newTestCA(t testing.TB) *testCA {
 	tc := &testCA{t: t, dir: t.TempDir(), now: time.Now(), logs: new(bytes.Buffer)}
 	var err error
 	if tc.ca, err = pki.NewCA("test", tc.now); err != nil {
@@ -228,7 +228,7 @@ func newTestCA(t *testing.T) *testCA {
 
 // run starts a member with cfg and runs it until the test ends or stop
 // is called; done says how Run ended.
-func run(t *testing.T, ctx context.Context, cfg Config) (c *Consensus, done <-chan error, stop func()) {
+func run(t testing.TB, ctx context.Context, cfg Config) (c *Consensus, done <-chan error, stop func()) {
 	t.Helper()
 	c, err := Start(ctx, cfg)
 	if err != nil {
