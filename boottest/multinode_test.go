@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -307,12 +306,9 @@ func marshal(t *testing.T, m proto.Message) []byte {
 // etcdctl runs Debian's etcdctl (3.4) as the owner against endpoints,
 // with the env `borough qemu cluster` prints.
 func (m *multi) etcdctl(t *testing.T, endpoints []string, args ...string) (string, error) {
-	cmd := exec.Command("etcdctl", args...)
-	cmd.Env = append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS=https://"+strings.Join(endpoints, ",https://"),
-		"ETCDCTL_CACERT="+m.c.CAFile, "ETCDCTL_CERT="+filepath.Join(m.config, "owner.pem"),
-		"ETCDCTL_KEY="+ownerKeyFile(t, m.config))
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return etcdctl(map[string]string{"ETCDCTL_ENDPOINTS": "https://" + strings.Join(endpoints, ",https://"),
+		"ETCDCTL_CACERT": m.c.CAFile, "ETCDCTL_CERT": filepath.Join(m.config, "owner.pem"),
+		"ETCDCTL_KEY": ownerKeyFile(t, m.config)}, "", args...)
 }
 
 // checkHealth checks that `borough health` finds every node of the

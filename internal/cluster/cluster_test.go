@@ -87,7 +87,7 @@ func (m *member) wait(t testing.TB, s string) {
 // start runs a member at 127.0.0.n with enrolment e, in dir (a new one
 // if empty).
 func start(t testing.TB, ctx context.Context, n int, e *enrolment.Enrolment, dir string) *member {
-	return startWith(t, ctx, n, e, dir, overrides{listenOnIP: true, volumeSize: testVolume})
+	return startWith(t, ctx, n, e, dir, overrides{listenOnIP: true})
 }
 
 // startWith is start with test seams ov.
@@ -107,7 +107,7 @@ func startWith(t testing.TB, ctx context.Context, n int, e *enrolment.Enrolment,
 	m.mgr = New(log, Config{
 		Enrolment: e, FreshData: fresh, IP: m.ip,
 		ESPRoot: filepath.Join(dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp")), DataRoot: filepath.Join(dir, "data"),
-		overrides: ov,
+		VolumeSize: testVolume, overrides: ov,
 	}, m.life)
 	go func() { m.done <- m.mgr.Run(ctx) }()
 	t.Cleanup(func() {

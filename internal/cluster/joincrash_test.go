@@ -95,7 +95,8 @@ func runJoiner(specJSON string) error {
 		// etcd's own snapshot interval, not a small volume's: a joiner
 		// that caught up from the log then writes no snapshot of its
 		// own, and one found in its directory came from its leader.
-		overrides: overrides{listenOnIP: true, volumeSize: testVolume, snapshots: 10000},
+		VolumeSize: testVolume,
+		overrides:  overrides{listenOnIP: true, snapshots: 10000},
 	}
 	ctx := context.Background()
 	if err := Preflight(ctx, log, filepath.Join(spec.Dir, "esp"), e); err != nil {
@@ -240,7 +241,7 @@ func newJoinCrashCluster(t *testing.T, n int, snapshots uint64) *joinCrashCluste
 		t.Fatal(err)
 	}
 	leader := startWith(t, ctx, n, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert, FounderTicket: founder, FounderStatement: statement}, "",
-		overrides{listenOnIP: true, snapshots: snapshots, volumeSize: testVolume})
+		overrides{listenOnIP: true, snapshots: snapshots})
 	leader.wait(t, "node running cluster=unit")
 	// The leader stops before its directory goes (cleanups run last
 	// registered first).

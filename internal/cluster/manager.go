@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -65,8 +64,6 @@ type overrides struct {
 	listenOnIP bool
 	// snapshots is consensus.Config.Snapshots.
 	snapshots uint64
-	// volumeSize is consensus.Config.VolumeSize.
-	volumeSize int64
 }
 
 // Steps of a join, for Config.Pause.
@@ -326,7 +323,7 @@ func (mg *Manager) consensusConfig(name, cluster string, mode consensus.Mode) co
 		c.ListenIP = mg.cfg.IP
 	}
 	c.Snapshots = mg.cfg.overrides.snapshots
-	c.VolumeSize = cmp.Or(mg.cfg.overrides.volumeSize, mg.cfg.VolumeSize)
+	c.VolumeSize = mg.cfg.VolumeSize
 	return c
 }
 

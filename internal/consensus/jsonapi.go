@@ -17,8 +17,6 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
-	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -87,7 +85,7 @@ func jsonServer(s *etcdserver.EtcdServer, g *gate, pki Files, lg *zap.Logger) (*
 // jsonHandler serves etcd's gateway under /v3/, etcd's /version and
 // /health, as the caller.
 func jsonHandler(s *etcdserver.EtcdServer, g *gate, lg *zap.Logger) (http.Handler, error) {
-	a := as{identity: callerTLS, g: g}
+	sv := servicesAs(s, as{identity: callerTLS, g: g})
 	mux := gw.NewServeMux(gw.WithMarshalerOption(gw.MIMEWildcard, &gw.HTTPBodyMarshaler{
 		Marshaler: &gw.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
@@ -96,25 +94,12 @@ func jsonHandler(s *etcdserver.EtcdServer, g *gate, lg *zap.Logger) (http.Handle
 	}))
 	ctx := context.Background()
 	for _, register := range []func() error{
-		func() error {
-			return etcdgw.RegisterKVHandlerClient(ctx, mux, adapter.KvServerToKvClient(kvAs{v3rpc.NewQuotaKVServer(s), a}))
-		},
-		func() error {
-			return etcdgw.RegisterWatchHandlerClient(ctx, mux, adapter.WatchServerToWatchClient(watchAs{v3rpc.NewWatchServer(s), a}))
-		},
-		func() error {
-			return etcdgw.RegisterLeaseHandlerClient(ctx, mux, adapter.LeaseServerToLeaseClient(leaseAs{v3rpc.NewQuotaLeaseServer(s), a}))
-		},
-		func() error {
-			return etcdgw.RegisterClusterHandlerClient(ctx, mux, adapter.ClusterServerToClusterClient(clusterAs{v3rpc.NewClusterServer(s), a}))
-		},
-		func() error {
-			return etcdgw.RegisterMaintenanceHandlerClient(ctx, mux,
-				adapter.MaintenanceServerToMaintenanceClient(maintenanceAs{v3rpc.NewMaintenanceServer(s, nil), a, s}))
-		},
-		func() error {
-			return etcdgw.RegisterAuthHandlerClient(ctx, mux, adapter.AuthServerToAuthClient(authAs{v3rpc.NewAuthServer(s), a}))
-		},
+		func() error { return etcdgw.RegisterKVHandlerClient(ctx, mux, sv.kv) },
+		func() error { return etcdgw.RegisterWatchHandlerClient(ctx, mux, sv.watch) },
+		func() error { return etcdgw.RegisterLeaseHandlerClient(ctx, mux, sv.lease) },
+		func() error { return etcdgw.RegisterClusterHandlerClient(ctx, mux, sv.cluster) },
+		func() error { return etcdgw.RegisterMaintenanceHandlerClient(ctx, mux, sv.maintenance) },
+		func() error { return etcdgw.RegisterAuthHandlerClient(ctx, mux, sv.auth) },
 	} {
 		if err := register(); err != nil {
 			return nil, fmt.Errorf("the JSON API: %w", err)

@@ -110,18 +110,41 @@ func fresh[T any](a as, ctx context.Context, op func(context.Context) (T, error)
 // owner's, far less often than the node asks.
 const freshAttempts = 10
 
+// services are etcd's gRPC services of a member, called in process as a
+// says: by the node's own client (localClient), the JSON API
+// (jsonapi.go) and the space keeper (space.go).
+type services struct {
+	kv          pb.KVClient
+	watch       pb.WatchClient
+	lease       pb.LeaseClient
+	cluster     pb.ClusterClient
+	maintenance pb.MaintenanceClient
+	auth        pb.AuthClient
+}
+
+// servicesAs are s's services, called as a.
+func servicesAs(s *etcdserver.EtcdServer, a as) services {
+	return services{
+		kv:          adapter.KvServerToKvClient(kvAs{v3rpc.NewQuotaKVServer(s), a}),
+		watch:       adapter.WatchServerToWatchClient(watchAs{v3rpc.NewWatchServer(s), a}),
+		lease:       adapter.LeaseServerToLeaseClient(leaseAs{v3rpc.NewQuotaLeaseServer(s), a}),
+		cluster:     adapter.ClusterServerToClusterClient(clusterAs{v3rpc.NewClusterServer(s), a}),
+		maintenance: adapter.MaintenanceServerToMaintenanceClient(maintenanceAs{v3rpc.NewMaintenanceServer(s, nil), a, s}),
+		auth:        adapter.AuthServerToAuthClient(authAs{v3rpc.NewAuthServer(s), a}),
+	}
+}
+
 // localClient is a client of s in this process whose requests are made
 // as user.
 func localClient(s *etcdserver.EtcdServer, user string, g *gate) *clientv3.Client {
-	a := asUser(user, g)
+	sv := servicesAs(s, asUser(user, g))
 	c := clientv3.NewCtxClient(context.Background(), clientv3.WithZapLogger(s.Logger()))
-	c.KV = clientv3.NewKVFromKVClient(adapter.KvServerToKvClient(kvAs{v3rpc.NewQuotaKVServer(s), a}), c)
-	c.Lease = clientv3.NewLeaseFromLeaseClient(adapter.LeaseServerToLeaseClient(leaseAs{v3rpc.NewQuotaLeaseServer(s), a}), c, time.Second)
-	c.Watcher = blankWatcher{clientv3.NewWatchFromWatchClient(adapter.WatchServerToWatchClient(watchAs{v3rpc.NewWatchServer(s), a}), c)}
-	c.Maintenance = clientv3.NewMaintenanceFromMaintenanceClient(
-		adapter.MaintenanceServerToMaintenanceClient(maintenanceAs{v3rpc.NewMaintenanceServer(s, nil), a, s}), c)
-	c.Cluster = clientv3.NewClusterFromClusterClient(adapter.ClusterServerToClusterClient(clusterAs{v3rpc.NewClusterServer(s), a}), c)
-	c.Auth = clientv3.NewAuthFromAuthClient(adapter.AuthServerToAuthClient(authAs{v3rpc.NewAuthServer(s), a}), c)
+	c.KV = clientv3.NewKVFromKVClient(sv.kv, c)
+	c.Lease = clientv3.NewLeaseFromLeaseClient(sv.lease, c, time.Second)
+	c.Watcher = blankWatcher{clientv3.NewWatchFromWatchClient(sv.watch, c)}
+	c.Maintenance = clientv3.NewMaintenanceFromMaintenanceClient(sv.maintenance, c)
+	c.Cluster = clientv3.NewClusterFromClusterClient(sv.cluster, c)
+	c.Auth = clientv3.NewAuthFromAuthClient(sv.auth, c)
 	return c
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
 
 	"github.com/borough-os/borough/internal/space"
 )
@@ -24,8 +23,7 @@ func (c *Consensus) keepSpace(ctx context.Context) error {
 // raiseSpaceAlarm raises the member's space alarm, as etcd does when a
 // write through it is refused.
 func (c *Consensus) raiseSpaceAlarm(ctx context.Context) error {
-	a := asUser(nodeUser, c.gate)
-	_, err := maintenanceAs{v3rpc.NewMaintenanceServer(c.etcd.Server, nil), a, c.etcd.Server}.Alarm(ctx, &pb.AlarmRequest{
+	_, err := servicesAs(c.etcd.Server, asUser(nodeUser, c.gate)).maintenance.Alarm(ctx, &pb.AlarmRequest{
 		Action: pb.AlarmRequest_ACTIVATE, MemberID: c.MemberID(), Alarm: pb.AlarmType_NOSPACE,
 	})
 	if err != nil {
