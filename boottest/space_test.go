@@ -25,7 +25,7 @@ const spaceVolume = 400
 
 // TestSpace writes a node full through etcdctl, as the README's single
 // node would be by an application: etcd's space alarm refuses writes
-// while reads go on, `borough health` says why, the node comes back
+// while reads go on, `borough health` and `borough node info` say why, the node comes back
 // serving after a power cut, and once the keys are deleted it takes
 // writes again by itself (compaction, defragmentation, the alarm
 // cleared), with nobody running etcdctl's maintenance commands.
@@ -72,6 +72,8 @@ func TestSpace(t *testing.T) {
 	health := cliFails(t, "--config", config, "health", node, "--fingerprint", fp, "--api", name[1]+"="+api, "--max-clock-offset", "1h")
 	contains(t, "borough health of the full node", health, "alarms: NOSPACE (writes refused: database")
 	t.Logf("borough health of the full node:\n%s", health)
+	info := cli(t, "--config", config, "node", "info", api, "--fingerprint", fp)
+	contains(t, "borough node info of the full node", info, "alarms: NOSPACE (writes refused)")
 
 	vm.Kill()
 	vm = boot(t, opts)

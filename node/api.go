@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
 
 	"github.com/borough-os/borough/internal/cluster"
@@ -21,6 +22,7 @@ import (
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pid1"
 	"github.com/borough-os/borough/internal/reset"
+	"github.com/borough-os/borough/internal/space"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/timeline"
@@ -86,6 +88,7 @@ func apiService(p apiParts) supervisor.Service {
 				info.DataUsed, info.DataSize = dataUse(storage.DataRoot)
 			}
 			info.Escrow = escrowOf(keys.Load().Place())
+			info.Space = spaceOf(mgr.Load().Client())
 			return info
 		},
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
@@ -185,6 +188,23 @@ func dataUse(root string) (used, size uint64) {
 	}
 	bs := uint64(st.Bsize)
 	return (st.Blocks - st.Bfree) * bs, st.Blocks * bs
+}
+
+// spaceOf is the member's etcd database against its quota, for the node
+// API; nil while etcd does not run here, or does not answer within a
+// second (a full member answers: etcd serves its status when it refuses
+// writes).
+func spaceOf(c *clientv3.Client) *nodepb.Space {
+	if c == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s, err := space.Read(ctx, c)
+	if err != nil {
+		return nil
+	}
+	return &nodepb.Space{DbSize: s.DB, DbInUse: s.InUse, Quota: s.Quota, Alarms: s.Alarms}
 }
 
 // escrowOf is where the node's cluster unlock key is, for the node API.

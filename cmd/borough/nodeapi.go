@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -172,6 +174,12 @@ func printInfo(stdout io.Writer, node string, f apiFlags, timeline bool, output 
 	row("cluster", info.GetCluster())
 	row("member", info.GetMember())
 	row("uptime", time.Duration(info.GetUptimeNanos()).Round(time.Second).String())
+	if sp := info.GetSpace(); sp != nil {
+		row("database", spaceRow(sp))
+	}
+	if info.GetDataSize() > 0 {
+		row("data volume", fmt.Sprintf("%s of %s in use", mib(int64(info.GetDataUsed())), mib(int64(info.GetDataSize()))))
+	}
 	row("tpm", map[bool]string{true: "yes", false: "no"}[info.GetTpm()])
 	row("secure boot", info.GetSecureBoot())
 	for _, d := range info.GetDisks() {
@@ -190,4 +198,17 @@ func printInfo(stdout io.Writer, node string, f apiFlags, timeline bool, output 
 		}
 	}
 	return nil
+}
+
+// spaceRow says how full the member's etcd database is, and which of
+// etcd's alarms are raised on it.
+func spaceRow(sp *nodepb.Space) string {
+	s := fmt.Sprintf("%s (%s in use) of quota %s", mib(sp.GetDbSize()), mib(sp.GetDbInUse()), mib(sp.GetQuota()))
+	if a := sp.GetAlarms(); len(a) > 0 {
+		s += "; alarms: " + strings.Join(a, ",")
+		if slices.Contains(a, "NOSPACE") {
+			s += " (writes refused)"
+		}
+	}
+	return s
 }

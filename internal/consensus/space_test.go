@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,9 +62,12 @@ func TestSpace(t *testing.T) {
 	if got, err := c.Client.Get(ctx, "fill/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || got.Count < int64(n) {
 		t.Fatalf("reading a full member: %v keys, %v", got, err)
 	}
-	alarms, err := c.Client.AlarmList(ctx)
-	if err != nil || len(alarms.Alarms) != 1 || alarms.Alarms[0].Alarm != pb.AlarmType_NOSPACE {
-		t.Fatalf("alarms of a full member: %v, %v", alarms, err)
+	full, err := space.Read(ctx, c.Client)
+	if err != nil || !slices.Equal(full.Alarms, []string{pb.AlarmType_NOSPACE.String()}) {
+		t.Fatalf("alarms of a full member: %+v, %v", full, err)
+	}
+	if full.Quota != b.Quota || full.DB < b.Quota-2<<20 || full.InUse <= 0 || full.InUse > full.DB {
+		t.Errorf("a full member's database is %+v, its quota %d", full, b.Quota)
 	}
 
 	if _, err := c.Client.Delete(ctx, "fill/", clientv3.WithPrefix()); err != nil {

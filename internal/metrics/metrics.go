@@ -52,6 +52,7 @@ var (
 	descHolder = prometheus.NewDesc("borough_escrow_holders", "How many holders keep a share of the cluster unlock key.", nil, nil)
 	descEpoch  = prometheus.NewDesc("borough_escrow_epoch", "The escrow's epoch: it grows each time the shares are dealt again.", nil, nil)
 	descUpdate = prometheus.NewDesc("borough_update_info", "The node's last update, if any.", []string{"update"}, nil)
+	descAlarm  = prometheus.NewDesc("borough_etcd_alarm", "1 for each of etcd's alarms raised on this member (NOSPACE: writes refused). etcd's own metrics give the database's size and quota.", []string{"alarm"}, nil)
 	descMem    = prometheus.NewDesc("borough_memory_total_bytes", "The machine's memory.", nil, nil)
 	descAvail  = prometheus.NewDesc("borough_memory_available_bytes", "The machine's memory available to start new work.", nil, nil)
 )
@@ -61,7 +62,7 @@ type node struct{ info func() *nodepb.Info }
 
 func (node) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descState, descUptime, descTime, descPhase, descUsed, descSize,
-		descLocal, descNeeded, descHolder, descEpoch, descUpdate, descMem, descAvail} {
+		descLocal, descNeeded, descHolder, descEpoch, descUpdate, descAlarm, descMem, descAvail} {
 		ch <- d
 	}
 }
@@ -90,6 +91,9 @@ func (n node) Collect(ch chan<- prometheus.Metric) {
 	}
 	if u := i.GetUpdate(); u != "" {
 		gauge(descUpdate, 1, u)
+	}
+	for _, a := range i.GetSpace().GetAlarms() {
+		gauge(descAlarm, 1, a)
 	}
 	if m, err := memory(); err == nil {
 		gauge(descMem, m.total)

@@ -84,6 +84,7 @@ func TestHandler(t *testing.T) {
 		Timeline: []*nodepb.Phase{{Name: "init started", AtNanos: int64(1500 * time.Millisecond)}},
 		DataUsed: 1 << 20, DataSize: 1 << 30, Update: "trying 1.2.0 in slot B",
 		Escrow: &nodepb.Escrow{Needed: 2, Holders: []string{"a", "b", "c"}, Epoch: 4},
+		Space:  &nodepb.Space{DbSize: 80 << 20, DbInUse: 70 << 20, Quota: 74 << 20, Alarms: []string{"NOSPACE"}},
 	}
 	rec := httptest.NewRecorder()
 	Handler(func() *nodepb.Info { return info }).ServeHTTP(rec, httptest.NewRequest("GET", Path, nil))
@@ -123,6 +124,7 @@ func TestHandler(t *testing.T) {
 		{"borough_escrow_holders", nil, 3},
 		{"borough_escrow_epoch", nil, 4},
 		{"borough_update_info", []string{"update", "trying 1.2.0 in slot B"}, 1},
+		{"borough_etcd_alarm", []string{"alarm", "NOSPACE"}, 1},
 	} {
 		if got := value(tc.name, tc.labels...); got != tc.want {
 			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
