@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"os"
@@ -108,6 +109,27 @@ func fingerprint(t testing.TB, vm *qemu.VM) string {
 		t.Fatal("the node printed no CA fingerprint")
 	}
 	return m[1]
+}
+
+// nodeKey waits for the key a node without a cluster prints on its
+// console (node_key=sha256:...) after the console's first from bytes,
+// and returns it: the node makes one each boot.
+func nodeKey(t testing.TB, vm *qemu.VM, from int) string {
+	t.Helper()
+	re := regexp.MustCompile(`node_key=(sha256:[0-9a-f]{64})`)
+	var key string
+	err := waitUntil(stepTimeout, func() error {
+		m := re.FindAllStringSubmatch(vm.Console()[from:], -1)
+		if m == nil {
+			return errors.New("the node printed no key of its own")
+		}
+		key = m[len(m)-1][1]
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, vm.Tail(20))
+	}
+	return key
 }
 
 // etcdEnv runs `borough etcd env` and returns its settings.

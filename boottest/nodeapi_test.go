@@ -130,7 +130,9 @@ func TestFailedNodeAPI(t *testing.T) {
 	contains(t, "a failed node's log", cli(t, "--config", config, "logs", api, "--unverified"),
 		"node: node failed: enrolment config", "network: network configured")
 	contains(t, "verifying a node with no cluster", cliFails(t, "--config", config, "logs", api),
-		"first use of "+api, "--unverified")
+		"first use of "+api, "--node-key")
+	contains(t, "a failed node's log, checked against its own key",
+		cli(t, "--config", config, "logs", api, "--node-key", nodeKey(t, vm, 0)), "node: node failed: enrolment config")
 	contains(t, "an earlier boot of a node without its data volume", cliFails(t, "--config", config, "logs", api, "--unverified", "--boot", "-1"),
 		"not running")
 	contains(t, "a stranger's request", cliFails(t, "--config", owner(t), "logs", api, "--unverified"), "certificate")

@@ -76,9 +76,16 @@ func (m *multi) restoreFromBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, r.VM, bootTimeout, "borough: waiting for the owner to send the backup to restore")
+	key := nodeKey(t, r.VM, 0)
 	contains(t, "node restore of a damaged backup",
-		cliFails(t, "--config", m.config, "node", "restore", r.API(), damaged, "--enrolment", cfg), "damaged or truncated")
-	out := cli(t, "--config", m.config, "node", "restore", r.API(), path, "--enrolment", cfg, "--cluster", r.Endpoint())
+		cliFails(t, "--config", m.config, "node", "restore", r.API(), damaged, "--enrolment", cfg, "--node-key", key), "damaged or truncated")
+	// Another machine at the node's address, which read the config: the
+	// owner's tool sends it nothing.
+	notIt := "sha256:" + strings.Repeat("0", 64)
+	contains(t, "node restore to a machine posing as the node",
+		cliFails(t, "--config", m.config, "node", "restore", r.API(), path, "--enrolment", cfg, "--node-key", notIt),
+		"presents key "+key+", not "+notIt)
+	out := cli(t, "--config", m.config, "node", "restore", r.API(), path, "--enrolment", cfg, "--node-key", key, "--cluster", r.Endpoint())
 	t.Log(out)
 	contains(t, "node restore", out, "took the backup of cluster multi", "runs cluster multi",
 		"revoked the certificates of "+source.Name)
@@ -117,6 +124,7 @@ func (m *multi) resetMember(t *testing.T) {
 	}
 	contains(t, "node reset of a member, without its cluster", cliFails(t, "--config", m.config, "node", "reset", j.API(),
 		"--fingerprint", m.c.Fingerprint), "give --cluster")
+	reset := len(j.VM.Console())
 	out := cli(t, "--config", m.config, "node", "reset", j.API(), "--cluster", r.Endpoint(), "--fingerprint", m.c.Fingerprint)
 	t.Log(out)
 	contains(t, "node reset", out, "removed member "+j.Name, "left its cluster", "erases itself")
@@ -144,7 +152,9 @@ func (m *multi) resetMember(t *testing.T) {
 		}
 	}
 	cfg := m.joinConfig(t, r, j)
-	contains(t, "node enrol", cli(t, "--config", m.config, "node", "enrol", j.API(), cfg, "--unverified"),
+	contains(t, "node enrol of a node nobody verified", cliFails(t, "--config", m.config, "node", "enrol", j.API(), cfg, "--unverified"),
+		"goes only to a node checked")
+	contains(t, "node enrol", cli(t, "--config", m.config, "node", "enrol", j.API(), cfg, "--node-key", nodeKey(t, j.VM, reset)),
 		"reboots into its first boot with "+cfg)
 	if err := m.c.WaitRunning(j); err != nil {
 		t.Fatal(err)

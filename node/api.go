@@ -144,8 +144,23 @@ func apiService(p apiParts) supervisor.Service {
 	s.Metrics = metrics.Handler(s.Info)
 	return supervisor.Service{Name: "node-api", Run: func(ctx context.Context) error {
 		s.Log = supervisor.Logger(ctx)
+		if p.fresh {
+			logNodeKey(s)
+		}
 		return s.Run(ctx)
 	}}
+}
+
+// logNodeKey prints, for a node without a data volume, the key its node
+// API presents until it has a cluster: the owner sends it a config or a
+// backup only after checking that key (nodeapi's identity.go).
+func logNodeKey(s *nodeapi.Server) {
+	fp, err := s.NodeKey()
+	if err != nil {
+		s.Log.Error("making the node's own key", "err", err)
+		return
+	}
+	s.Log.Info("until it has a cluster, the node API presents this node's own key", "node_key", fp)
 }
 
 // about is what the node API says of the node besides its state.

@@ -71,7 +71,7 @@ func takeBackup(stdout io.Writer, node, fingerprint, out string, timeout time.Du
 	defer os.Remove(partial)
 	start, said := time.Now(), time.Now()
 	fmt.Fprintf(stdout, "backing up the cluster of %s to %s\n", node, out)
-	meta, err := admin.Backup(ctx, c, owner.Leaf, f, func(n int64) {
+	meta, err := admin.Backup(ctx, c, owner, f, func(n int64) {
 		if time.Since(said) >= 2*time.Second {
 			fmt.Fprintf(stdout, "backup: %s of the snapshot\n", mib(n))
 			said = time.Now()
@@ -120,7 +120,7 @@ type checkedBackup struct {
 // keys, a CA with its key), writing nothing but a temporary copy of the
 // snapshot.
 func checkBackupFile(path string) (checkedBackup, error) {
-	key, err := ownerECDSAKey()
+	owner, err := ownerKeyPair()
 	if err != nil {
 		return checkedBackup{}, err
 	}
@@ -134,7 +134,7 @@ func checkBackupFile(path string) (checkedBackup, error) {
 		return checkedBackup{}, err
 	}
 	defer os.Remove(snap.Name())
-	meta, err := backup.Read(in, key, snap)
+	meta, err := backup.Read(in, owner, snap)
 	if cerr := snap.Close(); err == nil {
 		err = cerr
 	}

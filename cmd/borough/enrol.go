@@ -21,9 +21,11 @@ func nodeEnrolCommand() *cobra.Command {
 waits for one: a node reset with 'borough node reset', or one that failed on
 its first boot (a spent or expired ticket). The node checks it, keeps it on
 its ESP and reboots into it; it comes before a config in the machine's
-fw_cfg, which may still hold the one the node spent. A node that failed
-before it had a certificate of its cluster presents a self-signed one:
-give --unverified.`,
+fw_cfg, which may still hold the one the node spent. A node waiting for a
+config has no certificate of a cluster: it prints its own key on its
+console ("node_key=sha256:..."), and the config, whose ticket makes a
+member of whoever holds it, goes only to a node that presents that key
+(--node-key).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return enrolNode(cmd.OutOrStdout(), args[0], args[1], f)

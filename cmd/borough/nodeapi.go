@@ -19,18 +19,22 @@ import (
 
 // The node API's commands verify the node like etcd's do: against the
 // cluster CA pinned for that address (--fingerprint on first use). A node
-// that failed before it had a certificate of its cluster has only a
-// self-signed one; --unverified reads it anyway.
+// without a certificate of its cluster (waiting for a config or a backup)
+// presents its own key, whose fingerprint it prints on its console:
+// --node-key checks it. --unverified reads a node without checking, and
+// sends it nothing secret.
 
 // apiFlags are the flags of every node API command.
 type apiFlags struct {
 	fingerprint string
+	nodeKey     string
 	unverified  bool
 }
 
 func (f *apiFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
-	c.Flags().BoolVar(&f.unverified, "unverified", false, "do not check who answers: for a node that failed before it joined a cluster")
+	c.Flags().StringVar(&f.nodeKey, "node-key", "", "for a node without a cluster: the key it printed on its console (sha256:...)")
+	c.Flags().BoolVar(&f.unverified, "unverified", false, "do not check who answers (a config or a backup is never sent so)")
 }
 
 // apiClient returns a client of the node API at node as the owner.
@@ -40,12 +44,19 @@ func apiClient(node string, f apiFlags) (*nodeapi.Client, error) {
 		return nil, err
 	}
 	c := &nodeapi.Client{Addr: node, Owner: kp, Unverified: f.unverified}
+	if f.nodeKey != "" {
+		if err := nodeapi.CheckNodeKey(f.nodeKey); err != nil {
+			return nil, fmt.Errorf("--node-key: %w", err)
+		}
+		c.NodeKey = f.nodeKey
+		return c, nil
+	}
 	if f.unverified {
 		return c, nil
 	}
 	ca, err := pinnedCA(node, f.fingerprint)
 	if err != nil {
-		return nil, fmt.Errorf("%w (a node that failed before it joined a cluster has no CA: --unverified)", err)
+		return nil, fmt.Errorf("%w (a node without a cluster has no CA: --node-key, as it printed on its console)", err)
 	}
 	c.CA = ca
 	return c, nil

@@ -21,7 +21,7 @@ import (
 func TestOutput(t *testing.T) {
 	owner, _, _ := twoOwners(t)
 	s := &nodeapi.Server{
-		Owner:    func() *x509.Certificate { return owner },
+		Owner:    func() *x509.Certificate { return owner.Leaf },
 		Identity: func() (*tls.Certificate, error) { return nil, errors.New("none yet") },
 		Info: func() *nodepb.Info {
 			return &nodepb.Info{Version: "1.2.3", State: "Running", Cluster: "prod", Member: "node-00000001"}

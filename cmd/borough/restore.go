@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/nodepb"
 )
@@ -25,7 +28,7 @@ import (
 const pollEvery = 2 * time.Second
 
 func nodeRestoreCommand() *cobra.Command {
-	var config, endpoint string
+	var config, endpoint, nodeKey string
 	var timeout time.Duration
 	c := &cobra.Command{
 		Use:   "restore NODE BACKUP",
@@ -34,10 +37,14 @@ func nodeRestoreCommand() *cobra.Command {
 config (--enrolment, from 'borough enrolment bootstrap --restore BACKUP')
 names it, and waits until the node runs the restored cluster. The backup
 is decrypted here with your owner key and travels encrypted to the
-config's transfer key, which only that node holds: the node has no
-certificate of its cluster yet, so its node API is not checked against
-one, and a machine that is not the node gets nothing it can open. The node
-checks the backup against its config before it writes anything.
+config's transfer key. The node has no certificate of its cluster yet:
+it prints its own key on its console ("node_key=sha256:..."), and the
+backup goes only to a node that presents that key (--node-key), so a
+machine posing as the node gets nothing, whatever it read of the config.
+The backup must be signed by your owner key (borough cluster backup signs
+it): restore checks it first, and so does the node, against its config,
+before it writes anything. Once the node says it runs, restore checks that
+it proves so with the backed-up cluster's CA.
 
 The restored node voids the backed-up cluster's nodes (their records say
 removed, their tickets and escrow keys are gone); given --cluster, the
@@ -46,7 +53,7 @@ signature too, as 'borough node remove' does, so that no member takes
 their word that they were removed without yours.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := sendBackup(cmd.OutOrStdout(), args[0], args[1], config, timeout); err != nil || endpoint == "" {
+			if err := sendBackup(cmd.OutOrStdout(), args[0], args[1], config, nodeKey, timeout); err != nil || endpoint == "" {
 				return err
 			}
 			return revokeVoided(cmd.OutOrStdout(), endpoint)
@@ -54,18 +61,31 @@ their word that they were removed without yours.`,
 	}
 	c.Flags().StringVar(&config, "enrolment", "", "the node's enrolment config, which names the backup (required)")
 	c.Flags().StringVar(&endpoint, "cluster", "", "the restored node's client port (HOST:PORT), to revoke the old nodes through")
+	c.Flags().StringVar(&nodeKey, "node-key", "", "the key the node printed on its console (sha256:...) (required)")
 	c.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long sending and restoring may take")
 	c.MarkFlagRequired("enrolment")
+	c.MarkFlagRequired("node-key")
 	return c
 }
 
-// sendBackup sends the backup at path to the node API at node, resealed
-// to the transfer key of the enrolment config at config, and waits until
-// the node runs.
-func sendBackup(stdout io.Writer, node, path, config string, timeout time.Duration) error {
+// sendBackup sends the backup at path to the node API at node, which
+// must present nodeKey, resealed to the transfer key of the enrolment
+// config at config, and waits until the node runs.
+func sendBackup(stdout io.Writer, node, path, config, nodeKey string, timeout time.Duration) error {
+	if err := nodeapi.CheckNodeKey(nodeKey); err != nil {
+		return fmt.Errorf("--node-key: %w", err)
+	}
 	restore, err := restoreOf(config)
 	if err != nil {
 		return err
+	}
+	checked, err := checkBackupFile(path)
+	if err != nil {
+		return err
+	}
+	ca, err := pki.ParseCertPEM(checked.CA)
+	if err != nil {
+		return fmt.Errorf("%s: its cluster CA: %w", path, err)
 	}
 	key, err := ownerECDSAKey()
 	if err != nil {
@@ -84,7 +104,7 @@ func sendBackup(stdout io.Writer, node, path, config string, timeout time.Durati
 	defer cancel()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(backup.Reseal(pw, in, key, restore.Transfer.Recipient())) }()
-	c := &nodeapi.Client{Addr: node, Owner: kp, Unverified: true}
+	c := &nodeapi.Client{Addr: node, Owner: kp, NodeKey: nodeKey}
 	start := time.Now()
 	fmt.Fprintf(stdout, "sending %s to %s\n", path, node)
 	resp, err := c.Restore(ctx, pr)
@@ -94,13 +114,30 @@ func sendBackup(stdout io.Writer, node, path, config string, timeout time.Durati
 	}
 	fmt.Fprintf(stdout, "%s took the backup of cluster %s (revision %d) in %.1f s; restoring it\n",
 		node, resp.GetCluster(), resp.GetRevision(), time.Since(start).Seconds())
-	info, err := awaitRunning(ctx, c, "restoring")
+	info, err := awaitRestored(ctx, kp, node, ca)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s runs cluster %s as %s, %.1f s after the backup was sent; join others with borough cluster ticket\n",
-		c.Addr, info.GetCluster(), info.GetMember(), time.Since(start).Seconds())
+		node, info.GetCluster(), info.GetMember(), time.Since(start).Seconds())
 	return nil
+}
+
+// awaitRestored waits until the node at node says it runs, and checks
+// that it proves so with its certificate of the cluster CA ca: until it
+// runs, it has only its own key, which changes as it restores, and it is
+// sent nothing more.
+func awaitRestored(ctx context.Context, owner tls.Certificate, node string, ca *x509.Certificate) (*nodepb.Info, error) {
+	said, err := awaitRunning(ctx, &nodeapi.Client{Addr: node, Owner: owner, Unverified: true}, "restoring")
+	if err != nil {
+		return nil, err
+	}
+	info, err := (&nodeapi.Client{Addr: node, Owner: owner, CA: ca, ServerName: said.GetMember()}).Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s says it runs cluster %s as %s, but does not prove it with the backed-up cluster's CA: %w",
+			node, said.GetCluster(), said.GetMember(), err)
+	}
+	return info, nil
 }
 
 // revokeVoided revokes, through endpoint, the certificates of the nodes a

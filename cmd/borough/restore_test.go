@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
-	"crypto/x509"
+	"crypto/tls"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +30,7 @@ func TestBootstrapRestore(t *testing.T) {
 	owner, other, ca := twoOwners(t)
 	dir := t.TempDir()
 	good, meta := writeBackup(t, dir, "good", owner, ca)
-	foreign, _ := writeBackup(t, dir, "foreign", other.Cert, ca)
+	foreign, _ := writeBackup(t, dir, "foreign", other.TLS(), ca)
 	truncated := filepath.Join(dir, "truncated")
 	if err := os.WriteFile(truncated, readFile(t, good)[:len(readFile(t, good))-200], 0o600); err != nil {
 		t.Fatal(err)
@@ -79,9 +79,9 @@ func TestBootstrapRestore(t *testing.T) {
 }
 
 // twoOwners makes an owner in a new config directory, with the passphrase
-// in the environment, and returns its certificate, another owner and a
+// in the environment, and returns its key pair, another owner and a
 // cluster CA.
-func twoOwners(t *testing.T) (*x509.Certificate, *pki.Cert, *pki.CA) {
+func twoOwners(t *testing.T) (tls.Certificate, *pki.Cert, *pki.CA) {
 	t.Helper()
 	configDir = t.TempDir()
 	t.Setenv(ownerkey.PassphraseEnv, "a test owner's passphrase")
@@ -89,7 +89,7 @@ func twoOwners(t *testing.T) (*x509.Certificate, *pki.Cert, *pki.CA) {
 	if err := run([]string{"--config", configDir, "owner", "init"}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
-	owner, err := loadOwnerCert("")
+	owner, err := ownerKeyPair()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func twoOwners(t *testing.T) (*x509.Certificate, *pki.Cert, *pki.CA) {
 // writeBackup writes, in dir as name, a backup for owner of a cluster
 // "prod" of CA ca whose snapshot is an etcd database of one key, and
 // returns its path and description.
-func writeBackup(t *testing.T, dir, name string, owner *x509.Certificate, ca *pki.CA) (string, backup.Meta) {
+func writeBackup(t *testing.T, dir, name string, owner tls.Certificate, ca *pki.CA) (string, backup.Meta) {
 	t.Helper()
 	db := filepath.Join(dir, name+".db")
 	bdb, err := bolt.Open(db, 0o600, nil)

@@ -28,7 +28,8 @@ import (
 // is sealed to.
 func TestNodeUnlock(t *testing.T) {
 	var out strings.Builder
-	owner, other, ca := twoOwners(t)
+	pair, other, ca := twoOwners(t)
+	owner := pair.Leaf
 	node := issue(t, ca, "node-00000001")
 	posing := issue(t, ca, "node-00000001")
 	cuk := bytes.Repeat([]byte{0xc5}, 32)

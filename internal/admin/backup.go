@@ -2,7 +2,7 @@ package admin
 
 import (
 	"context"
-	"crypto/x509"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"time"
@@ -16,11 +16,12 @@ import (
 
 // Backup writes a backup of the cluster c reaches to w (package backup):
 // a snapshot from the member c's endpoint names, with the cluster's name,
-// CA and key, and CRL, encrypted to owner, the owner's certificate. It
+// CA and key, and CRL, encrypted to and signed by owner, the owner's key
+// pair. It
 // reads while the cluster serves: etcd's snapshot is of one revision,
 // whatever is written meanwhile. progress is called with the snapshot
 // bytes written so far.
-func Backup(ctx context.Context, c *clientv3.Client, owner *x509.Certificate, w io.Writer, progress func(int64)) (backup.Meta, error) {
+func Backup(ctx context.Context, c *clientv3.Client, owner tls.Certificate, w io.Writer, progress func(int64)) (backup.Meta, error) {
 	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.Cluster), clientv3.OpGet(keyspace.CRL)).Commit()
 	if err != nil {
 		return backup.Meta{}, fmt.Errorf("reading the cluster: %w", err)

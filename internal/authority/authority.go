@@ -45,6 +45,8 @@ const (
 	KindRevocations Kind = "revocations"
 	// KindTicket is an authoritypb.Ticket.
 	KindTicket Kind = "ticket"
+	// KindBackup is an authoritypb.Backup.
+	KindBackup Kind = "backup"
 )
 
 // domain starts every signed message: nothing else the owner's key

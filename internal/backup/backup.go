@@ -1,7 +1,7 @@
 // Package backup writes and reads a cluster's backup: an etcd snapshot
 // and what a restore needs besides (the cluster's name, its CA with the
 // CA's key, the CRL in force, the owner), in one file that only the
-// owner's key opens.
+// owner's key opens and only the owner's key signs.
 //
 // The file is an age file (filippo.io/age), encrypted to the owner's
 // ECDSA P-256 key as age's tagged P-256 recipient (age's `tag` package,
@@ -11,21 +11,31 @@
 // those keys); identity here is that identity for an owner key held in
 // software, a dozen lines of HPKE. Inside, in order:
 //
-//	"borough backup v1\n"
+//	"borough backup v2\n"
 //	the snapshot, in frames of a big-endian uint32 length and that many
 //	bytes, ended by a frame of length 0
-//	the Meta, JSON, to the end
+//	a frame of the Meta, JSON
+//	a frame of the owner's statement on it (authority.KindBackup)
 //
-// The Meta comes last because it carries the snapshot's SHA-256 and size,
-// known only once the snapshot has streamed through: a backup of a large
-// database never waits for, or keeps, a plaintext copy.
+// The Meta comes after the snapshot because it carries the snapshot's
+// SHA-256 and size, known only once the snapshot has streamed through: a
+// backup of a large database never waits for, or keeps, a plaintext
+// copy. Encryption alone says nothing of who wrote a backup: the owner's
+// certificate, to which it is encrypted, is in every enrolment config and
+// in etcd. So the owner signs the Meta's digest, and every reader (the
+// owner's verify-backup, a restore's config, the restoring node) refuses
+// a backup the owner did not sign, with a CA key and data of someone
+// else's choosing. v1 backups, made before they were signed, are refused
+// so too (ErrUnsigned).
 package backup
 
 import (
 	"bufio"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/hpke"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
@@ -42,8 +52,12 @@ import (
 	"github.com/borough-os/borough/internal/pki"
 )
 
-// magic starts every backup's plaintext.
-const magic = "borough backup v1\n"
+// magic starts every backup's plaintext; magicV1 an unsigned backup of
+// an earlier release.
+const (
+	magic   = "borough backup v2\n"
+	magicV1 = "borough backup v1\n"
+)
 
 // frameSize is the largest snapshot frame Write writes; Read accepts
 // frames up to maxFrame.
@@ -78,13 +92,19 @@ var (
 	ErrOwner     = errors.New("the backup is not encrypted to this owner's key")
 	ErrTransfer  = errors.New("the backup is not encrypted to this node's transfer key")
 	ErrDamaged   = errors.New("the backup is damaged or truncated")
+	ErrUnsigned  = errors.New("the backup is not signed by the owner's key")
 )
 
-// Write writes a backup of snapshot, with meta, encrypted to owner, to w,
-// calling progress with the snapshot bytes written so far after each
-// frame. It returns meta with the snapshot's checksum and size.
-func Write(w io.Writer, owner *x509.Certificate, snapshot io.Reader, meta Meta, progress func(int64)) (Meta, error) {
-	r, err := recipient(owner)
+// Write writes a backup of snapshot, with meta, encrypted to and signed
+// by the owner (its certificate and key), to w, calling progress with the
+// snapshot bytes written so far after each frame. It returns meta with
+// the snapshot's checksum and size.
+func Write(w io.Writer, owner tls.Certificate, snapshot io.Reader, meta Meta, progress func(int64)) (Meta, error) {
+	cert, key, err := ownerOf(owner)
+	if err != nil {
+		return meta, err
+	}
+	r, err := recipient(cert)
 	if err != nil {
 		return meta, err
 	}
@@ -120,14 +140,49 @@ func Write(w io.Writer, owner *x509.Certificate, snapshot io.Reader, meta Meta, 
 		return meta, err
 	}
 	meta.SnapshotSHA256 = hex.EncodeToString(sum.Sum(nil))
-	meta.Owner = pki.CertPEM(owner)
-	if err := json.NewEncoder(enc).Encode(meta); err != nil {
+	meta.Owner = pki.CertPEM(cert)
+	if err := writeMeta(enc, meta, cert, key); err != nil {
 		return meta, err
 	}
 	if err := enc.Close(); err != nil {
 		return meta, fmt.Errorf("encrypting the backup: %w", err)
 	}
 	return meta, nil
+}
+
+// ownerOf is the owner's certificate and signing key.
+func ownerOf(owner tls.Certificate) (*x509.Certificate, crypto.Signer, error) {
+	cert := owner.Leaf
+	if cert == nil {
+		if len(owner.Certificate) == 0 {
+			return nil, nil, errors.New("the owner's key pair has no certificate")
+		}
+		var err error
+		if cert, err = x509.ParseCertificate(owner.Certificate[0]); err != nil {
+			return nil, nil, fmt.Errorf("the owner's certificate: %w", err)
+		}
+	}
+	key, ok := owner.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, nil, fmt.Errorf("the owner's key is a %T, which cannot sign", owner.PrivateKey)
+	}
+	return cert, key, nil
+}
+
+// writeMeta writes meta's frame and the owner's statement on it.
+func writeMeta(w io.Writer, meta Meta, cert *x509.Certificate, key crypto.Signer) error {
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	stmt, err := sign(b, meta, cert, key)
+	if err != nil {
+		return err
+	}
+	if err := writeFrame(w, b); err != nil {
+		return err
+	}
+	return writeFrame(w, stmt)
 }
 
 func writeFrame(w io.Writer, b []byte) error {
@@ -142,22 +197,30 @@ func writeFrame(w io.Writer, b []byte) error {
 // to snapshot, checks it against the backup's checksum and returns the
 // backup's Meta. What it wrote is the snapshot only if it returns no
 // error: a caller writes it where nothing reads it before then.
-func Read(r io.Reader, key *ecdsa.PrivateKey, snapshot io.Writer) (Meta, error) {
-	dec, err := decrypt(r, identity{key}, ErrOwner)
+func Read(r io.Reader, owner tls.Certificate, snapshot io.Writer) (Meta, error) {
+	cert, key, err := ownerOf(owner)
 	if err != nil {
 		return Meta{}, err
 	}
-	return read(dec, snapshot)
+	ecKey, ok := key.(*ecdsa.PrivateKey)
+	if !ok {
+		return Meta{}, fmt.Errorf("the owner's key is a %T: backups are encrypted to ECDSA P-256 keys", key)
+	}
+	dec, err := decrypt(r, identity{ecKey}, ErrOwner)
+	if err != nil {
+		return Meta{}, err
+	}
+	return read(dec, cert, snapshot)
 }
 
 // Open is Read of a backup on its way to the node that restores it,
-// resealed to that node's transfer key (Reseal).
-func Open(r io.Reader, transfer age.Identity, snapshot io.Writer) (Meta, error) {
+// resealed to that node's transfer key (Reseal), and signed by owner.
+func Open(r io.Reader, transfer age.Identity, owner *x509.Certificate, snapshot io.Writer) (Meta, error) {
 	dec, err := decrypt(r, transfer, ErrTransfer)
 	if err != nil {
 		return Meta{}, err
 	}
-	return read(dec, snapshot)
+	return read(dec, owner, snapshot)
 }
 
 // Reseal decrypts the backup in r with the owner's key and encrypts what
@@ -192,15 +255,21 @@ func decrypt(r io.Reader, id age.Identity, wrongKey error) (io.Reader, error) {
 	return dec, nil
 }
 
-// read reads the decrypted backup in dec (Read).
-func read(dec io.Reader, snapshot io.Writer) (Meta, error) {
+// read reads the decrypted backup in dec, which owner must have signed
+// (Read).
+func read(dec io.Reader, owner *x509.Certificate, snapshot io.Writer) (Meta, error) {
 	var meta Meta
 	br := bufio.NewReader(dec)
 	head := make([]byte, len(magic))
 	if _, err := io.ReadFull(br, head); err != nil {
 		return meta, fmt.Errorf("%w: %w", ErrDamaged, err)
 	}
-	if string(head) != magic {
+	switch string(head) {
+	case magic:
+	case magicV1:
+		return meta, fmt.Errorf("%w: it is a backup of an earlier release, made before backups were signed; "+
+			"take a new one with borough cluster backup", ErrUnsigned)
+	default:
 		return meta, fmt.Errorf("%w: it does not begin %q", ErrNotBackup, magic[:len(magic)-1])
 	}
 	sum := sha256.New()
@@ -208,14 +277,48 @@ func read(dec io.Reader, snapshot io.Writer) (Meta, error) {
 	if err != nil {
 		return meta, err
 	}
-	if err := json.NewDecoder(br).Decode(&meta); err != nil {
-		return meta, fmt.Errorf("%w: its description: %w", ErrDamaged, err)
+	if meta, err = readMeta(br, owner); err != nil {
+		return meta, err
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != meta.SnapshotSHA256 || size != meta.SnapshotSize {
 		return meta, fmt.Errorf("%w: the snapshot has %d bytes with SHA-256 %s; the backup says %d, %s",
 			ErrDamaged, size, got, meta.SnapshotSize, meta.SnapshotSHA256)
 	}
 	return meta, nil
+}
+
+// readMeta reads the Meta's frame and the statement on it, and checks
+// that owner signed it.
+func readMeta(r io.Reader, owner *x509.Certificate) (Meta, error) {
+	var meta Meta
+	b, err := readFrame(r, "its description")
+	if err != nil {
+		return meta, err
+	}
+	stmt, err := readFrame(r, "its signature")
+	if err != nil {
+		return meta, err
+	}
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return meta, fmt.Errorf("%w: its description: %w", ErrDamaged, err)
+	}
+	return meta, checkSignature(stmt, b, meta, owner)
+}
+
+// readFrame reads one frame, what.
+func readFrame(r io.Reader, what string) ([]byte, error) {
+	var n uint32
+	if err := binary.Read(r, binary.BigEndian, &n); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrDamaged, what, err)
+	}
+	if n > maxFrame {
+		return nil, fmt.Errorf("%w: %s has %d bytes", ErrDamaged, what, n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrDamaged, what, err)
+	}
+	return b, nil
 }
 
 // readFrames copies the snapshot's frames to w and returns its size.

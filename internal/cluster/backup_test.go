@@ -3,7 +3,6 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -39,7 +38,7 @@ func backUpUnderLoad(t *testing.T, ctx context.Context, cl *clientv3.Client, ca 
 		}
 	}()
 	var file bytes.Buffer
-	meta, err := admin.Backup(ctx, cl, owner.Leaf, &file, nil)
+	meta, err := admin.Backup(ctx, cl, owner, &file, nil)
 	stop()
 	wg.Wait()
 	if err != nil {
@@ -51,7 +50,7 @@ func backUpUnderLoad(t *testing.T, ctx context.Context, cl *clientv3.Client, ca 
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := backup.Read(&file, owner.PrivateKey.(*ecdsa.PrivateKey), f)
+	got, err := backup.Read(&file, owner, f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -169,7 +169,7 @@ func (mg *Manager) readBackup(r io.Reader, path string, want *enrolment.Restore)
 		return backup.Meta{}, err
 	}
 	defer f.Close()
-	meta, err := backup.Open(r, want.Transfer, &limitWriter{w: f, left: want.SnapshotSize})
+	meta, err := backup.Open(r, want.Transfer, mg.cfg.Enrolment.Owner, &limitWriter{w: f, left: want.SnapshotSize})
 	if errors.Is(err, errTooLarge) {
 		return meta, fmt.Errorf("the backup's snapshot is larger than the %d bytes the enrolment config names", want.SnapshotSize)
 	}

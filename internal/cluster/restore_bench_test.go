@@ -54,7 +54,7 @@ func BenchmarkBackupRestore(b *testing.B) {
 			b.Fatal(err)
 		}
 		began := time.Now()
-		meta, err := admin.Backup(ctx, cl, ownerCert, f, nil)
+		meta, err := admin.Backup(ctx, cl, owner, f, nil)
 		if err == nil {
 			err = f.Sync()
 		}

@@ -49,14 +49,14 @@ func TestRestoreInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	var file, other bytes.Buffer
-	meta, err := admin.Backup(ctx, cl, ownerCert, &file, nil)
+	meta, err := admin.Backup(ctx, cl, owner, &file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.Put(ctx, "app/d", "after the backup"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Backup(ctx, cl, ownerCert, &other, nil); err != nil {
+	if _, err := admin.Backup(ctx, cl, owner, &other, nil); err != nil {
 		t.Fatal(err)
 	}
 	oldID := clusterID(t, ctx, cl)

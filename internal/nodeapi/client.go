@@ -36,15 +36,24 @@ type Client struct {
 	Addr  string
 	Owner tls.Certificate
 	// CA is the cluster CA the node's certificate must chain to (for the
-	// address in Addr). Nil with Unverified: any node is believed, for a
-	// node that failed before it had a certificate of its cluster.
+	// address in Addr).
 	CA *x509.Certificate
 	// ServerName is the name the node's certificate must have: a member's
 	// name, for an address that could be any machine. Empty means the
 	// host in Addr.
 	ServerName string
+	// NodeKey, without a CA, is the fingerprint of the key a node without
+	// a cluster presents (Server.NodeKey), as its console printed it.
+	NodeKey string
+	// Unverified, without a CA or a NodeKey, believes any node: it reads
+	// what a failed node says, and sends it nothing secret (Enrol and
+	// Restore refuse).
 	Unverified bool
 }
+
+// errUnverified refuses to send a secret to a node nobody checked.
+var errUnverified = errors.New("nodeapi: a config or a backup goes only to a node checked against its cluster CA " +
+	"or its own key (the node prints it on its console: --node-key)")
 
 // requestTimeout bounds a request that is not a follow; updateTimeout an
 // update, which sends some 20 MiB and has the node write them.
@@ -64,13 +73,35 @@ func (c *Client) http(timeout time.Duration) (*http.Client, error) {
 		conf.RootCAs = x509.NewCertPool()
 		conf.RootCAs.AddCert(c.CA)
 		conf.ServerName = cmp.Or(c.ServerName, host)
+	case c.NodeKey != "":
+		conf.InsecureSkipVerify = true
+		conf.VerifyPeerCertificate = c.checkNodeKey
 	case c.Unverified:
 		conf.InsecureSkipVerify = true
 	default:
-		return nil, errors.New("nodeapi: a client needs the cluster CA or Unverified")
+		return nil, errors.New("nodeapi: a client needs the cluster CA, the node's key or Unverified")
 	}
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: conf}}, nil
 }
+
+// checkNodeKey checks that the node presents the key NodeKey names.
+func (c *Client) checkNodeKey(raw [][]byte, _ [][]*x509.Certificate) error {
+	if len(raw) == 0 {
+		return errors.New("the node presented no certificate")
+	}
+	cert, err := x509.ParseCertificate(raw[0])
+	if err != nil {
+		return fmt.Errorf("the node's certificate: %w", err)
+	}
+	if got := keyFingerprint(cert.RawSubjectPublicKeyInfo); got != c.NodeKey {
+		return fmt.Errorf("the node at %s presents key %s, not %s: another machine answers at its address, "+
+			"or the node rebooted (it makes a key each boot: read its console again)", c.Addr, got, c.NodeKey)
+	}
+	return nil
+}
+
+// verified says whether the client checks who answers.
+func (c *Client) verified() bool { return c.CA != nil || c.NodeKey != "" }
 
 // call posts req to path and returns the response, whose body the caller
 // closes; a refusal is an error with the node's reason.
@@ -217,6 +248,9 @@ func (c *Client) Reset(ctx context.Context, force bool) error {
 // checked the backup, and restores it after. No timeout but ctx's: a
 // backup's size has no bound.
 func (c *Client) Restore(ctx context.Context, body io.Reader) (*nodepb.RestoreResponse, error) {
+	if !c.verified() {
+		return nil, errUnverified
+	}
 	r, err := c.post(ctx, 0, pathRestore, body)
 	if err != nil {
 		return nil, err
@@ -262,6 +296,9 @@ func (c *Client) Network(ctx context.Context, n *enrolmentpb.Network) error {
 // Enrol sends a node that has no data volume an enrolment config, which
 // it takes at a reboot it starts.
 func (c *Client) Enrol(ctx context.Context, config []byte) error {
+	if !c.verified() {
+		return errUnverified
+	}
 	return c.unary(ctx, pathEnrol, &nodepb.EnrolRequest{Config: config}, &nodepb.EnrolResponse{})
 }
 

@@ -14,9 +14,10 @@
 // metrics) reads the node's Prometheus metrics and nothing else. The node
 // presents its certificate of the cluster
 // CA once it has one, so the owner checks it against the CA pinned by
-// fingerprint; a node that failed before it had one (a bad join ticket, a
-// clock it cannot trust) presents a self-signed certificate made at boot,
-// and still answers its owner, who can then read why it failed.
+// fingerprint; a node without one (waiting for a config or a backup, or
+// failed before it joined) presents a certificate of its own key, whose
+// fingerprint it prints on its console, and the owner checks that
+// (identity.go).
 //
 // A node without an owner runs no API: nobody could use it.
 package nodeapi
@@ -143,6 +144,10 @@ type Server struct {
 	// Addr is the address to listen on; empty means every address, on
 	// Port.
 	Addr string
+
+	ownOnce sync.Once
+	ownCert *tls.Certificate
+	ownErr  error
 }
 
 // Run serves until ctx ends.
@@ -165,11 +170,9 @@ var (
 	errNoOwner  = errors.New("the node knows no owner (yet): its node API accepts nobody")
 )
 
-// tlsConfig presents the node's cluster identity, or before it has one a
-// self-signed certificate, made when a client first needs it: most boots
-// never do, and its key costs a boot under emulation some 30 ms.
+// tlsConfig presents the node's cluster identity, or before it has one
+// the node's own certificate (identity.go).
 func (s *Server) tlsConfig() *tls.Config {
-	fallback := sync.OnceValues(func() (*tls.Certificate, error) { return selfSigned(time.Now()) })
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		ClientAuth: tls.RequireAnyClientCert,
@@ -177,7 +180,7 @@ func (s *Server) tlsConfig() *tls.Config {
 			if cert, err := s.Identity(); err == nil {
 				return cert, nil
 			}
-			return fallback()
+			return s.own()
 		},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			owner := s.Owner()

@@ -15,6 +15,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
@@ -37,6 +38,11 @@ type CA struct {
 type Cert struct {
 	Cert *x509.Certificate
 	Key  crypto.Signer
+}
+
+// TLS is c as a key pair for crypto/tls.
+func (c *Cert) TLS() tls.Certificate {
+	return tls.Certificate{Certificate: [][]byte{c.Cert.Raw}, PrivateKey: c.Key, Leaf: c.Cert}
 }
 
 const (
@@ -188,7 +194,12 @@ func Fingerprint(c *x509.Certificate) string {
 // SubjectPublicKeyInfo): what names a node's key, whatever certificate
 // carries it.
 func KeyHash(c *x509.Certificate) []byte {
-	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return KeyHashOf(c.RawSubjectPublicKeyInfo)
+}
+
+// KeyHashOf is the SHA-256 of a DER SubjectPublicKeyInfo.
+func KeyHashOf(spki []byte) []byte {
+	sum := sha256.Sum256(spki)
 	return sum[:]
 }
 
