@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -56,32 +57,48 @@ expires (--ttl). Give it to 'borough enrolment join'.`,
 
 func admitCommand() *cobra.Command {
 	var fingerprint string
+	var yes bool
 	c := &cobra.Command{
 		Use:   "admit NODE",
 		Short: "Admit, as the owner, the nodes of NODE's (HOST:PORT) cluster that joined before admissions",
 		Long: `admit signs your admission of each node of the cluster that has none: the
 nodes that joined before Borough checked admissions. It admits the key
 each node signed its published escrow key with, as the cluster holds it
-now, so run it right after the update that brought admissions. Until a
-node is admitted its peers seal it no unlock shares, and 'borough node'
-and 'borough update' refuse it (--unverified reaches one node).`,
+now, so run it right after the update that brought admissions. It shows
+each node and the certificate whose key it would admit, and asks before it
+signs (--yes does not ask). Until a node is admitted its peers seal it no
+unlock shares, and 'borough node' and 'borough update' refuse it
+(--unverified reaches one node).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return admitNodes(cmd.OutOrStdout(), args[0], fingerprint)
+			return admitNodes(cmd.InOrStdin(), cmd.OutOrStdout(), args[0], fingerprint, yes)
 		},
 	}
 	c.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint; needed on first use")
+	c.Flags().BoolVar(&yes, "yes", false, "admit what it shows without asking")
 	return c
 }
 
-func admitNodes(stdout io.Writer, node, fingerprint string) error {
+// admitNodes shows the nodes of node's cluster without an admission and
+// admits them once the owner agrees (on stdin, or yes).
+func admitNodes(stdin io.Reader, stdout io.Writer, node, fingerprint string, yes bool) error {
+	owner, err := ownerKeyPair()
+	if err != nil {
+		return err
+	}
 	var done []admin.Admitted
-	err := asOwner(node, fingerprint, func(ctx context.Context, c *clientv3.Client) error {
-		owner, err := ownerKeyPair()
+	err = asOwner(node, fingerprint, func(ctx context.Context, c *clientv3.Client) error {
+		nodes, err := admin.ListUnadmitted(ctx, c)
 		if err != nil {
 			return err
 		}
-		done, err = admin.AdmitNodes(ctx, c, owner)
+		if !showUnadmitted(stdout, nodes) {
+			return nil
+		}
+		if !yes && !agree(stdin, stdout, "admit these keys as yours? [y/N] ") {
+			return errors.New("nothing admitted")
+		}
+		done, err = admin.AdmitNodes(ctx, c, owner, nodes)
 		return err
 	})
 	if err != nil {
@@ -101,6 +118,36 @@ func admitNodes(stdout io.Writer, node, fingerprint string) error {
 	}
 	fmt.Fprintf(stdout, "every node of the cluster is admitted (%d now)\n", len(done))
 	return nil
+}
+
+// showUnadmitted prints what admit would do for nodes, and says whether
+// there is a key to admit.
+func showUnadmitted(stdout io.Writer, nodes []admin.Unadmitted) bool {
+	some := false
+	for _, n := range nodes {
+		if n.Cert == nil {
+			fmt.Fprintf(stdout, "%s: cannot be admitted: %s\n", n.Node, n.Why)
+			continue
+		}
+		some = true
+		fmt.Fprintf(stdout, "%s: would admit the key of its certificate %s (serial %x, issued %s)\n",
+			n.Node, pki.Fingerprint(n.Cert), n.Cert.SerialNumber, n.Cert.NotBefore.UTC().Format(time.RFC3339))
+	}
+	if len(nodes) == 0 {
+		fmt.Fprintln(stdout, "every node of the cluster is admitted")
+	}
+	return some
+}
+
+// agree asks question on stdout and says whether stdin answered yes.
+func agree(stdin io.Reader, stdout io.Writer, question string) bool {
+	fmt.Fprint(stdout, question)
+	answer, _ := bufio.NewReader(stdin).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return true
+	}
+	return false
 }
 
 func mintTicket(stdout io.Writer, node string, f ticketFlags) error {

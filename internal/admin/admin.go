@@ -208,6 +208,16 @@ func ownerAdmission(owner tls.Certificate, cluster, name string, keyHash []byte)
 	return ticket.NewAdmission(statement, ticket.Prove(t, name, keyHash))
 }
 
+// Unadmitted is a node of the cluster without the owner's admission, as
+// a node that joined before Borough checked admissions: the certificate
+// whose key its published escrow key record is signed with, or why it has
+// none the owner could admit.
+type Unadmitted struct {
+	Node string
+	Cert *x509.Certificate
+	Why  string
+}
+
 // Admitted says what AdmitNodes did for one node.
 type Admitted struct {
 	Node string
@@ -216,18 +226,12 @@ type Admitted struct {
 	Key, Why string
 }
 
-// AdmitNodes gives each node of the cluster that has no admission by the
-// owner, as a node that joined before Borough checked admissions, the
-// owner's admission of the key its published escrow key record is
-// signed with (keyspace.EscrowKey), if a certificate of the cluster CA in
-// its name signed it. The owner trusts the cluster as it is then, as
-// admitFounder does: run it right after the update that brought
-// admissions, before any member could be compromised.
-func AdmitNodes(ctx context.Context, c *clientv3.Client, owner tls.Certificate) ([]Admitted, error) {
-	owner, err := withLeaf(owner)
-	if err != nil {
-		return nil, err
-	}
+// ListUnadmitted lists each node of the cluster that has no admission by
+// the owner, with the certificate of the cluster CA in its name that
+// signed its published escrow key record (keyspace.EscrowKey), if any:
+// what AdmitNodes would admit, for the owner to see first. It writes
+// nothing.
+func ListUnadmitted(ctx context.Context, c *clientv3.Client) ([]Unadmitted, error) {
 	resp, err := c.Txn(ctx).Then(clientv3.OpGet(keyspace.Cluster), clientv3.OpGet(keyspace.Nodes, clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster's nodes: %w", err)
@@ -237,7 +241,7 @@ func AdmitNodes(ctx context.Context, c *clientv3.Client, owner tls.Certificate) 
 	if err != nil {
 		return nil, err
 	}
-	var out []Admitted
+	var out []Unadmitted
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		name := strings.TrimPrefix(string(kv.Key), keyspace.Nodes)
 		rec, err := keyspace.ParseNodeRecord(kv.Value)
@@ -247,34 +251,60 @@ func AdmitNodes(ctx context.Context, c *clientv3.Client, owner tls.Certificate) 
 		if rec.Removed || rec.Admission != nil {
 			continue
 		}
-		out = append(out, admitNode(ctx, c, owner, cluster, ca.Cert, name))
+		out = append(out, escrowCert(ctx, c, cluster, ca.Cert, name))
 	}
 	return out, nil
 }
 
-// admitNode admits node name's key, from its escrow key record.
-func admitNode(ctx context.Context, c *clientv3.Client, owner tls.Certificate, cluster string, ca *x509.Certificate, name string) Admitted {
-	a := Admitted{Node: name}
+// escrowCert is node name's certificate, from its escrow key record.
+func escrowCert(ctx context.Context, c *clientv3.Client, cluster string, ca *x509.Certificate, name string) Unadmitted {
+	u := Unadmitted{Node: name}
 	resp, err := c.Get(ctx, keyspace.EscrowKeys+name)
 	if err != nil || len(resp.Kvs) != 1 {
-		a.Why = fmt.Sprintf("it has published no escrow key (%v): it runs a Borough from before admissions, or is down", err)
-		return a
+		u.Why = fmt.Sprintf("it has published no escrow key (%v): it runs a Borough from before admissions, or is down", err)
+		return u
 	}
 	_, cert, err := keyspace.ParseEscrowKey(resp.Kvs[0].Value, cluster, name)
 	switch {
 	case err != nil:
-		a.Why = "its escrow key record: " + err.Error()
-		return a
+		u.Why = "its escrow key record: " + err.Error()
 	case cert.CheckSignatureFrom(ca) != nil || cert.Subject.CommonName != name:
-		a.Why = fmt.Sprintf("its escrow key record is signed by a certificate of %q that is not the cluster CA's in its name", cert.Subject.CommonName)
-		return a
+		u.Why = fmt.Sprintf("its escrow key record is signed by a certificate of %q that is not the cluster CA's in its name", cert.Subject.CommonName)
+	default:
+		u.Cert = cert
 	}
-	if err := admit(ctx, c, owner, cluster, name, pki.KeyHash(cert)); err != nil {
-		a.Why = err.Error()
-		return a
+	return u
+}
+
+// AdmitNodes gives each of nodes (ListUnadmitted's, as the owner saw
+// them) that has a certificate the owner's admission of that
+// certificate's key, not of whatever the cluster holds by then. The owner
+// trusts the cluster as it was when listed, as admitFounder does: run it
+// right after the update that brought admissions, before any member could
+// be compromised.
+func AdmitNodes(ctx context.Context, c *clientv3.Client, owner tls.Certificate, nodes []Unadmitted) ([]Admitted, error) {
+	owner, err := withLeaf(owner)
+	if err != nil {
+		return nil, err
 	}
-	a.Key = pki.Fingerprint(cert)
-	return a
+	resp, err := c.Get(ctx, keyspace.Cluster)
+	if err != nil || len(resp.Kvs) != 1 {
+		return nil, fmt.Errorf("reading the cluster's name: %v", err)
+	}
+	cluster := string(resp.Kvs[0].Value)
+	var out []Admitted
+	for _, n := range nodes {
+		a := Admitted{Node: n.Node, Why: n.Why}
+		if n.Cert != nil {
+			if err := admit(ctx, c, owner, cluster, n.Node, pki.KeyHash(n.Cert)); err != nil {
+				a.Why = err.Error()
+			} else {
+				a.Key = pki.Fingerprint(n.Cert)
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // FounderTicket mints the ticket of cluster's first node (ticket.Founder)

@@ -75,8 +75,8 @@ func appCredential(t *testing.T, ctx context.Context, cl *clientv3.Client, ca *x
 
 // admitOld plays m as a node that joined before Borough checked
 // admissions (no admission in its record or files): the owner's
-// AdmitNodes admits it once it has published an escrow key signed with
-// its own key, and not before.
+// ListUnadmitted shows it, and AdmitNodes admits it, once it has
+// published an escrow key signed with its own key, and not before.
 func admitOld(t *testing.T, ctx context.Context, cl *clientv3.Client, owner tls.Certificate, ownerCert *x509.Certificate, m *member) {
 	t.Helper()
 	name := m.mgr.nodeName(t)
@@ -86,8 +86,12 @@ func admitOld(t *testing.T, ctx context.Context, cl *clientv3.Client, owner tls.
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := admin.AdmitNodes(ctx, cl, owner)
-	if err != nil || len(got) != 1 || got[0].Node != name || got[0].Key != "" || !strings.Contains(got[0].Why, "published no escrow key") {
+	listed, err := admin.ListUnadmitted(ctx, cl)
+	if err != nil || len(listed) != 1 || listed[0].Node != name || listed[0].Cert != nil || !strings.Contains(listed[0].Why, "published no escrow key") {
+		t.Fatalf("ListUnadmitted with a node without an escrow key = %+v, %v", listed, err)
+	}
+	got, err := admin.AdmitNodes(ctx, cl, owner, listed)
+	if err != nil || len(got) != 1 || got[0].Key != "" {
 		t.Fatalf("AdmitNodes of a node without an escrow key = %+v, %v", got, err)
 	}
 	files := m.mgr.pkiFiles()
@@ -114,7 +118,10 @@ func admitOld(t *testing.T, ctx context.Context, cl *clientv3.Client, owner tls.
 	if _, err := cl.Put(ctx, keyspace.EscrowKeys+name, string(rec)); err != nil {
 		t.Fatal(err)
 	}
-	got, err = admin.AdmitNodes(ctx, cl, owner)
+	if listed, err = admin.ListUnadmitted(ctx, cl); err != nil || len(listed) != 1 || listed[0].Cert == nil || !listed[0].Cert.Equal(cert) {
+		t.Fatalf("ListUnadmitted = %+v, %v; want node %s with its certificate", listed, err, name)
+	}
+	got, err = admin.AdmitNodes(ctx, cl, owner, listed)
 	if err != nil || len(got) != 1 || got[0].Key != pki.Fingerprint(cert) {
 		t.Fatalf("AdmitNodes = %+v, %v; want node %s admitted", got, err, name)
 	}
