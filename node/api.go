@@ -89,6 +89,7 @@ func apiService(p apiParts) supervisor.Service {
 			}
 			info.Escrow = escrowOf(keys.Load().Place())
 			info.Space = spaceOf(mgr.Load().Client())
+			info.RestoreRecipient = mgr.Load().RestoreRecipient()
 			return info
 		},
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {

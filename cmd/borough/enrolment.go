@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"filippo.io/age"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -302,10 +301,9 @@ func restoredCluster(b *enrolmentpb.Bootstrap, path string) (*checkedBackup, err
 }
 
 // restoreFrom has the bootstrap b restore the backup meta describes, at
-// path: it puts in b what the node checks the backup against, with a new
-// transfer key for the backup to travel to the node encrypted to. The
-// backup itself stays here: it holds the CA's key, and a config lies on
-// an ESP in clear.
+// path: it puts in b what the node checks the backup against. The backup
+// itself stays here, and so does any key to it: it holds the CA's key,
+// and a config lies on an ESP in clear.
 func restoreFrom(stdout io.Writer, b *enrolmentpb.Bootstrap, meta *checkedBackup, path string) error {
 	if len(b.GetOwnerCertificate()) == 0 {
 		return fmt.Errorf("--restore %s: a cluster restored from a backup has an owner, who sends the node the backup; drop --no-owner", path)
@@ -314,16 +312,12 @@ func restoreFrom(stdout io.Writer, b *enrolmentpb.Bootstrap, meta *checkedBackup
 	if err != nil || !bytes.Equal(owner.Raw, b.GetOwnerCertificate()) {
 		return fmt.Errorf("--restore %s: the backup was made for another owner than the config's", path)
 	}
-	transfer, err := age.GenerateX25519Identity()
-	if err != nil {
-		return err
-	}
 	b.Restore = &enrolmentpb.Restore{
 		CaFingerprint: meta.caFingerprint, SnapshotSha256: meta.SnapshotSHA256, SnapshotSize: meta.SnapshotSize,
-		Revision: meta.Revision, TransferIdentity: transfer.String(),
+		Revision: meta.Revision,
 	}
 	fmt.Fprintf(stdout, "the node restores cluster %s from %s (taken %s at revision %d, %d key revisions); "+
-		"once it waits for it, send it with: borough node restore NODE %s --enrolment CONFIG\n",
+		"once it waits for it, send it with: borough node restore NODE %s --enrolment CONFIG --node-key KEY-ON-ITS-CONSOLE\n",
 		meta.Cluster, path, meta.Taken.Format(time.RFC3339), meta.Revision, meta.keys, path)
 	return nil
 }
@@ -457,8 +451,8 @@ func showEnrolment(stdout io.Writer, path string) error {
 		fmt.Fprintln(stdout, "# first node's ticket: signed by the owner; secret set")
 	}
 	if r := e.Restore; r != nil {
-		fmt.Fprintf(stdout, "# restores a backup taken at revision %d: snapshot of %d bytes, SHA-256 %s, CA %s; transfer key %s\n",
-			r.Revision, r.SnapshotSize, r.SnapshotSHA256, r.CAFingerprint, secretState(r.Transfer != nil))
+		fmt.Fprintf(stdout, "# restores a backup taken at revision %d: snapshot of %d bytes, SHA-256 %s, CA %s%s\n",
+			r.Revision, r.SnapshotSize, r.SnapshotSHA256, r.CAFingerprint, map[bool]string{true: "; restored already"}[e.Spent()])
 	}
 	if err := checkTicketLife(e, time.Now()); err != nil {
 		return fmt.Errorf("%s: %w", path, err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"filippo.io/age"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -36,8 +37,9 @@ func nodeRestoreCommand() *cobra.Command {
 		Long: `restore sends BACKUP (borough cluster backup) to the node whose enrolment
 config (--enrolment, from 'borough enrolment bootstrap --restore BACKUP')
 names it, and waits until the node runs the restored cluster. The backup
-is decrypted here with your owner key and travels encrypted to the
-config's transfer key. The node has no certificate of its cluster yet:
+is decrypted here with your owner key and travels encrypted to a key the
+node made as it waits, which it gives here. The node has no certificate
+of its cluster yet:
 it prints its own key on its console ("node_key=sha256:..."), and the
 backup goes only to a node that presents that key (--node-key), so a
 machine posing as the node gets nothing, whatever it read of the config.
@@ -68,9 +70,10 @@ their word that they were removed without yours.`,
 	return c
 }
 
-// sendBackup sends the backup at path to the node API at node, which
-// must present nodeKey, resealed to the transfer key of the enrolment
-// config at config, and waits until the node runs.
+// sendBackup sends the backup at path, which the enrolment config at
+// config names, to the node API at node, which must present nodeKey,
+// resealed to the key the node waits with, and waits until the node
+// runs.
 func sendBackup(stdout io.Writer, node, path, config, nodeKey string, timeout time.Duration) error {
 	if err := nodeapi.CheckNodeKey(nodeKey); err != nil {
 		return fmt.Errorf("--node-key: %w", err)
@@ -82,6 +85,9 @@ func sendBackup(stdout io.Writer, node, path, config, nodeKey string, timeout ti
 	checked, err := checkBackupFile(path)
 	if err != nil {
 		return err
+	}
+	if checked.SnapshotSHA256 != restore.SnapshotSHA256 {
+		return fmt.Errorf("%s holds snapshot %s; --enrolment %s restores snapshot %s", path, checked.SnapshotSHA256, config, restore.SnapshotSHA256)
 	}
 	ca, err := pki.ParseCertPEM(checked.CA)
 	if err != nil {
@@ -102,9 +108,13 @@ func sendBackup(stdout io.Writer, node, path, config, nodeKey string, timeout ti
 	defer in.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(backup.Reseal(pw, in, key, restore.Transfer.Recipient())) }()
 	c := &nodeapi.Client{Addr: node, Owner: kp, NodeKey: nodeKey}
+	to, err := transferRecipient(ctx, c)
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(backup.Reseal(pw, in, key, to)) }()
 	start := time.Now()
 	fmt.Fprintf(stdout, "sending %s to %s\n", path, node)
 	resp, err := c.Restore(ctx, pr)
@@ -121,6 +131,27 @@ func sendBackup(stdout io.Writer, node, path, config, nodeKey string, timeout ti
 	fmt.Fprintf(stdout, "%s runs cluster %s as %s, %.1f s after the backup was sent; join others with borough cluster ticket\n",
 		node, info.GetCluster(), info.GetMember(), time.Since(start).Seconds())
 	return nil
+}
+
+// transferRecipient asks the node c checks, which waits for a backup, for
+// the key it made to receive it.
+func transferRecipient(ctx context.Context, c *nodeapi.Client) (age.Recipient, error) {
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.GetRestoreRecipient() == "" {
+		why := info.GetState()
+		if f := info.GetFailure(); f != "" {
+			why += ": " + f
+		}
+		return nil, fmt.Errorf("%s waits for no backup (state %s)", c.Addr, why)
+	}
+	to, err := age.ParseX25519Recipient(info.GetRestoreRecipient())
+	if err != nil {
+		return nil, fmt.Errorf("%s gives a key to send the backup to that is no age X25519 recipient: %w", c.Addr, err)
+	}
+	return to, nil
 }
 
 // awaitRestored waits until the node at node says it runs, and checks
@@ -175,8 +206,11 @@ func restoreOf(path string) (*enrolment.Restore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--enrolment %s: %w", path, err)
 	}
-	if e.Restore == nil || e.Restore.Transfer == nil {
+	if e.Restore == nil {
 		return nil, fmt.Errorf("--enrolment %s names no backup to restore (make one with enrolment bootstrap --restore)", path)
+	}
+	if e.Spent() {
+		return nil, fmt.Errorf("--enrolment %s: %w", path, enrolment.ErrSpent)
 	}
 	return e.Restore, nil
 }

@@ -21,8 +21,8 @@ import (
 )
 
 // TestBootstrapRestore writes configs that restore backups: the owner's
-// whole backup names its cluster, CA and snapshot in the config, with a
-// transfer key; another owner's, a truncated one, one of another cluster
+// whole backup names its cluster, CA and snapshot in the config, and no
+// key to it; another owner's, a truncated one, one of another cluster
 // than --cluster, and one for a cluster without an owner are refused,
 // and no config is written.
 func TestBootstrapRestore(t *testing.T) {
@@ -70,7 +70,10 @@ func TestBootstrapRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := e.Restore
-			if e.ClusterName != "prod" || r == nil || r.Transfer == nil || r.SnapshotSHA256 != meta.SnapshotSHA256 ||
+			if bytes.Contains(readFile(t, cfg), []byte("AGE-SECRET-KEY-")) {
+				t.Error("the config holds a private key")
+			}
+			if e.ClusterName != "prod" || r == nil || e.Spent() || r.SnapshotSHA256 != meta.SnapshotSHA256 ||
 				r.SnapshotSize != meta.SnapshotSize || r.CAFingerprint != pki.Fingerprint(ca.Cert) || e.FounderTicket == nil {
 				t.Errorf("the config restores %+v into cluster %q (first node's ticket %v)", r, e.ClusterName, e.FounderTicket != nil)
 			}

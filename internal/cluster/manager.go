@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"filippo.io/age"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/datavol"
@@ -102,10 +103,11 @@ type Manager struct {
 	// retimed says that Run has restarted the member with the cluster's
 	// raft timing (consensus.ErrRetime); only Run's goroutine uses it.
 	retimed bool
-	// backups hands the owner's backup to a restore waiting for it
-	// (awaiting); receiving is held while one arrives (restore.go).
+	// backups hands the owner's backup to a restore waiting for it,
+	// encrypted to transfer, the key the node made for that wait (nil
+	// while none waits); receiving is held while one arrives (restore.go).
 	backups   chan received
-	awaiting  atomic.Bool
+	transfer  atomic.Pointer[age.X25519Identity]
 	receiving sync.Mutex
 	// serving is the member while its services run; recoverNow wakes a
 	// member that starts, or runs, for the owner's recovery (recover.go).

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"filippo.io/age"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/datavol"
@@ -26,8 +27,11 @@ import (
 // the CA's key and every key and value, so it is not in the config, which
 // sits on the ESP in clear: the node opens its data volume and waits for
 // its owner to send the backup through the node API (ReceiveBackup),
-// encrypted to the config's transfer key, and checks it against what the
-// config says of it (checksum, size, CA, cluster, owner) before anything
+// encrypted to a key the node made for this wait (RestoreRecipient, which
+// the owner reads through the node API once it checked the node's own
+// key: no private key travels in a config), signed by the owner, and
+// checks it against what the config says of it (checksum, size, CA,
+// cluster, owner) before anything
 // is written beyond the data volume. It then restores the snapshot as a
 // new one-member cluster (consensus.Restore: new cluster and member IDs),
 // with the backup's CA and the owner's revocations in force, and voids
@@ -52,9 +56,8 @@ type received struct {
 // restore creates cluster from the backup the owner sends, as member
 // name.
 func (mg *Manager) restore(ctx context.Context, cluster, name string) (*consensus.Consensus, *Record, error) {
-	r := mg.cfg.Enrolment.Restore
-	if r.Transfer == nil {
-		return nil, nil, fmt.Errorf("the enrolment config's backup was restored already (its transfer key is erased): %w", enrolment.ErrSpent)
+	if mg.cfg.Enrolment.Spent() {
+		return nil, nil, fmt.Errorf("the enrolment config's backup was restored already (its first node's ticket is erased): %w", enrolment.ErrSpent)
 	}
 	got, err := mg.awaitBackup(ctx)
 	if err != nil {
@@ -102,15 +105,19 @@ func (mg *Manager) restore(ctx context.Context, cluster, name string) (*consensu
 // saying every backupWait what it waits for.
 func (mg *Manager) awaitBackup(ctx context.Context) (received, error) {
 	say := func() {
-		mg.log.Info("waiting for the owner to send the backup to restore: borough node restore NODE BACKUP --enrolment CONFIG",
+		mg.log.Info("waiting for the owner to send the backup to restore: borough node restore NODE BACKUP --enrolment CONFIG --node-key NODE_KEY",
 			"cluster", mg.cfg.Enrolment.ClusterName, "revision", mg.cfg.Enrolment.Restore.Revision,
 			"snapshot_sha256", mg.cfg.Enrolment.Restore.SnapshotSHA256)
 	}
+	transfer, err := age.GenerateX25519Identity()
+	if err != nil {
+		return received{}, fmt.Errorf("making the key the backup travels to: %w", err)
+	}
+	mg.transfer.Store(transfer)
+	defer mg.transfer.Store(nil)
 	say()
 	tick := time.NewTicker(backupWait)
 	defer tick.Stop()
-	mg.awaiting.Store(true)
-	defer mg.awaiting.Store(false)
 	for {
 		select {
 		case <-ctx.Done():
@@ -123,6 +130,25 @@ func (mg *Manager) awaitBackup(ctx context.Context) (received, error) {
 	}
 }
 
+// transferKey is the key a backup travels to this node encrypted to,
+// while it waits for one; nil otherwise.
+func (mg *Manager) transferKey() *age.X25519Identity {
+	if mg == nil {
+		return nil
+	}
+	return mg.transfer.Load()
+}
+
+// RestoreRecipient is the recipient of the key the node made to receive
+// the backup it waits for ("age1..."), for the owner's tool to encrypt
+// the backup to; empty while it waits for none.
+func (mg *Manager) RestoreRecipient() string {
+	if t := mg.transferKey(); t != nil {
+		return t.Recipient().String()
+	}
+	return ""
+}
+
 // ErrNoRestore says the node waits for no backup.
 var ErrNoRestore = errors.New("this node waits for no backup: only a first node whose enrolment config names one (enrolment bootstrap --restore) restores it, once")
 
@@ -132,7 +158,8 @@ var ErrNoRestore = errors.New("this node waits for no backup: only a first node 
 // the node does not wait for, and one that is not the config's, with the
 // reason; it returns the backup's description.
 func (mg *Manager) ReceiveBackup(ctx context.Context, r io.Reader) (backup.Meta, error) {
-	if mg == nil || !mg.awaiting.Load() {
+	transfer := mg.transferKey()
+	if transfer == nil {
 		return backup.Meta{}, ErrNoRestore
 	}
 	if !mg.receiving.TryLock() {
@@ -141,7 +168,7 @@ func (mg *Manager) ReceiveBackup(ctx context.Context, r io.Reader) (backup.Meta,
 	defer mg.receiving.Unlock()
 	want := mg.cfg.Enrolment.Restore
 	path := datavol.RestoreSnapshot.In(mg.cfg.DataRoot)
-	meta, err := mg.readBackup(r, path, want)
+	meta, err := mg.readBackup(r, path, want, transfer)
 	if err == nil {
 		err = checkBackup(meta, mg.cfg.Enrolment)
 	}
@@ -158,9 +185,9 @@ func (mg *Manager) ReceiveBackup(ctx context.Context, r io.Reader) (backup.Meta,
 	}
 }
 
-// readBackup decrypts the backup in r with want's transfer key, writing
-// its snapshot to path, no more than want's size.
-func (mg *Manager) readBackup(r io.Reader, path string, want *enrolment.Restore) (backup.Meta, error) {
+// readBackup decrypts the backup in r with the transfer key, writing its
+// snapshot to path, no more than want's size.
+func (mg *Manager) readBackup(r io.Reader, path string, want *enrolment.Restore, transfer age.Identity) (backup.Meta, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return backup.Meta{}, err
 	}
@@ -169,7 +196,7 @@ func (mg *Manager) readBackup(r io.Reader, path string, want *enrolment.Restore)
 		return backup.Meta{}, err
 	}
 	defer f.Close()
-	meta, err := backup.Open(r, want.Transfer, mg.cfg.Enrolment.Owner, &limitWriter{w: f, left: want.SnapshotSize})
+	meta, err := backup.Open(r, transfer, mg.cfg.Enrolment.Owner, &limitWriter{w: f, left: want.SnapshotSize})
 	if errors.Is(err, errTooLarge) {
 		return meta, fmt.Errorf("the backup's snapshot is larger than the %d bytes the enrolment config names", want.SnapshotSize)
 	}

@@ -12,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/admin"
-	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -67,17 +65,10 @@ func BenchmarkBackupRestore(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		transfer, err := age.GenerateX25519Identity()
-		if err != nil {
-			b.Fatal(err)
-		}
-		n := start(b, ctx, 22+i, &enrolment.Enrolment{ClusterName: "bench", Owner: ownerCert, Restore: &enrolment.Restore{
-			CAFingerprint: pki.Fingerprint(ca), SnapshotSHA256: meta.SnapshotSHA256, SnapshotSize: meta.SnapshotSize,
-			Revision: meta.Revision, Transfer: transfer,
-		}}, "")
+		n := start(b, ctx, 22+i, restoreEnrolment(b, ownerCert, owner, pki.Fingerprint(ca), meta), "")
 		n.wait(b, "waiting for the owner to send the backup to restore")
 		began = time.Now()
-		if _, err := n.mgr.ReceiveBackup(ctx, reseal(b, file, key, transfer)); err != nil {
+		if _, err := n.mgr.ReceiveBackup(ctx, reseal(b, file, key, n.transferRecipient(b))); err != nil {
 			b.Fatal(err)
 		}
 		n.wait(b, "node running cluster=bench")

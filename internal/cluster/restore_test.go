@@ -61,28 +61,21 @@ func TestRestoreInProcess(t *testing.T) {
 	}
 	oldID := clusterID(t, ctx, cl)
 
-	transfer, err := age.GenerateX25519Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
 	stranger, err := age.GenerateX25519Identity()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.mgr.ReceiveBackup(ctx, reseal(t, file.Bytes(), key, transfer)); !errors.Is(err, ErrNoRestore) {
+	if _, err := old.mgr.ReceiveBackup(ctx, reseal(t, file.Bytes(), key, stranger.Recipient())); !errors.Is(err, ErrNoRestore) {
 		t.Errorf("a backup sent to a running member: %v, want %v", err, ErrNoRestore)
 	}
-	caFP := pki.Fingerprint(ca)
-	n := start(t, ctx, 12, &enrolment.Enrolment{ClusterName: "unit", Owner: ownerCert, Restore: &enrolment.Restore{
-		CAFingerprint: caFP, SnapshotSHA256: meta.SnapshotSHA256, SnapshotSize: meta.SnapshotSize,
-		Revision: meta.Revision, Transfer: transfer,
-	}}, "")
+	n := start(t, ctx, 12, restoreEnrolment(t, ownerCert, owner, pki.Fingerprint(ca), meta), "")
 	n.wait(t, "waiting for the owner to send the backup to restore")
+	transfer := n.transferRecipient(t)
 	for _, tc := range []struct {
 		name, want string
 		body       *bytes.Reader
 	}{
-		{"sealed to another node's transfer key", "not encrypted to this node's transfer key", reseal(t, file.Bytes(), key, stranger)},
+		{"sealed to another node's transfer key", "not encrypted to this node's transfer key", reseal(t, file.Bytes(), key, stranger.Recipient())},
 		// Larger, or as large (the revision's bytes vary): refused as
 		// soon as it is larger, else once whole.
 		{"a later backup than the config names", "the enrolment config names", reseal(t, other.Bytes(), key, transfer)},
@@ -178,13 +171,38 @@ func TestRestoreInProcess(t *testing.T) {
 }
 
 // reseal is the backup b resealed to the transfer key to.
-func reseal(t testing.TB, b []byte, key *ecdsa.PrivateKey, to *age.X25519Identity) *bytes.Reader {
+func reseal(t testing.TB, b []byte, key *ecdsa.PrivateKey, to age.Recipient) *bytes.Reader {
 	t.Helper()
 	var out bytes.Buffer
-	if err := backup.Reseal(&out, bytes.NewReader(b), key, to.Recipient()); err != nil {
+	if err := backup.Reseal(&out, bytes.NewReader(b), key, to); err != nil {
 		t.Fatal(err)
 	}
 	return bytes.NewReader(out.Bytes())
+}
+
+// restoreEnrolment is the config of a first node that restores the
+// backup meta describes, of a cluster whose CA has fingerprint caFP, as
+// enrolment bootstrap --restore makes it: with the first node's ticket.
+func restoreEnrolment(t testing.TB, ownerCert *x509.Certificate, owner tls.Certificate, caFP string, meta backup.Meta) *enrolment.Enrolment {
+	t.Helper()
+	tk, stmt, err := admin.FounderTicket(owner, meta.Cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &enrolment.Enrolment{ClusterName: meta.Cluster, Owner: ownerCert, FounderTicket: tk, FounderStatement: stmt,
+		Restore: &enrolment.Restore{
+			CAFingerprint: caFP, SnapshotSHA256: meta.SnapshotSHA256, SnapshotSize: meta.SnapshotSize, Revision: meta.Revision,
+		}}
+}
+
+// transferRecipient is the key m made to receive the backup it waits for.
+func (m *member) transferRecipient(t testing.TB) age.Recipient {
+	t.Helper()
+	to, err := age.ParseX25519Recipient(m.mgr.RestoreRecipient())
+	if err != nil {
+		t.Fatalf("the key the node waits for its backup with: %v", err)
+	}
+	return to
 }
 
 // readCA is the CA of m's cluster.

@@ -4,14 +4,14 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"filippo.io/age"
-
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
 // Restore is a backup a first node starts its cluster from: what the
 // owner's tool read from the backup, which the node checks the backup
-// the owner sends against, and the key the backup travels encrypted to.
+// the owner sends against. The key the backup travels encrypted to is
+// the node's own, made as it waits (cluster's restore.go): no private key
+// lies in a config, which is read from an ESP or fw_cfg in clear.
 type Restore struct {
 	// CAFingerprint is the backup's cluster CA's (pki.Fingerprint).
 	CAFingerprint string
@@ -20,9 +20,6 @@ type Restore struct {
 	SnapshotSHA256 string
 	SnapshotSize   int64
 	Revision       int64
-	// Transfer opens the backup as it travels to the node; nil once the
-	// node erased it (Spend).
-	Transfer *age.X25519Identity
 }
 
 // checkRestore checks the restore a bootstrap config names, if any.
@@ -47,14 +44,6 @@ func checkRestore(e *Enrolment, r *enrolmentpb.Restore) error {
 		CAFingerprint: r.GetCaFingerprint(), SnapshotSHA256: r.GetSnapshotSha256(),
 		SnapshotSize: r.GetSnapshotSize(), Revision: r.GetRevision(),
 	}
-	if r.GetTransferIdentity() == "" {
-		return nil
-	}
-	id, err := age.ParseX25519Identity(r.GetTransferIdentity())
-	if err != nil {
-		return fieldErr(field+".transfer_identity", "is not an age X25519 identity: %v", err)
-	}
-	e.Restore.Transfer = id
 	return nil
 }
 

@@ -27,8 +27,8 @@ var ErrSpent = errors.New("its ticket or backup was spent: a node joined or rest
 
 // spend returns config b without the secrets of its tickets: a join
 // ticket's secret, and a bootstrap's first-node ticket with its secret
-// (a bootstrap without one reads as the same cluster, same owner) and its
-// restore's transfer identity, which opens the backup as it travels.
+// (a bootstrap without one reads as the same cluster, same owner), and
+// the transfer key of a restore config of an earlier release.
 // It says whether b held any.
 func spend(b []byte) ([]byte, bool, error) {
 	var c enrolmentpb.Config
@@ -66,10 +66,10 @@ func spend(b []byte) ([]byte, bool, error) {
 	return out, true, err
 }
 
-// Spent says whether e's ticket, or its restore's transfer identity, was
-// spent (Spend).
+// Spent says whether e's ticket, or the first node's ticket of a restore,
+// was spent (Spend): a restore's config is spent once its node ran.
 func (e *Enrolment) Spent() bool {
-	return e.Ticket != nil && len(e.Ticket.GetSecret()) == 0 || e.Restore != nil && e.Restore.Transfer == nil
+	return e.Ticket != nil && len(e.Ticket.GetSecret()) == 0 || e.Restore != nil && e.FounderTicket == nil
 }
 
 // Spend erases the ticket secrets of the config e, the one the node runs

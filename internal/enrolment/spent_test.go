@@ -1,6 +1,7 @@
 package enrolment
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/authority"
@@ -41,8 +43,11 @@ func TestSpend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restorer := bootstrap("prod", owner.Cert.Raw)
-	restorer.GetBootstrap().Restore = validRestore(transfer)
+	restorer := proto.Clone(founder).(*enrolmentpb.Config)
+	restorer.GetBootstrap().Restore = validRestore()
+	// A restore config of an earlier release carries a transfer key:
+	// spending erases it too.
+	restorer.GetBootstrap().Restore.TransferIdentity = transfer.String()
 	for _, tc := range []struct {
 		name   string
 		config *enrolmentpb.Config
@@ -74,6 +79,9 @@ func TestSpend(t *testing.T) {
 				b, err := os.ReadFile(path)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if bytes.Contains(b, []byte("AGE-SECRET-KEY-")) {
+					t.Errorf("%s after Spend still holds a transfer key", filepath.Base(path))
 				}
 				got, err := Parse(b, path, now)
 				if err != nil || !tc.spent(got) {

@@ -359,10 +359,9 @@ func (x *Bootstrap) GetRestore() *Restore {
 }
 
 // Restore is a backup a first node restores. The backup holds the
-// cluster's CA key and every key and value: it travels to the node
-// encrypted to transfer_identity's recipient, and only over the node API,
-// whose client must be the owner; the node erases transfer_identity once
-// it runs as a member.
+// cluster's CA key and every key and value: it travels to the node over
+// the node API, whose client must be the owner, encrypted to a key the
+// node makes as it waits, once the owner checked the node's own key.
 type Restore struct {
 	state         protoimpl.MessageState
 	sizeCache     protoimpl.SizeCache
@@ -377,8 +376,9 @@ type Restore struct {
 	SnapshotSize   int64  `protobuf:"varint,3,opt,name=snapshot_size,json=snapshotSize,proto3" json:"snapshot_size,omitempty"`
 	// revision is the etcd revision the backup was taken at.
 	Revision int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
-	// transfer_identity is an age X25519 identity ("AGE-SECRET-KEY-1..."):
-	// the owner's tool encrypts the backup to its recipient for the node.
+	// transfer_identity, in configs of earlier releases, is an age X25519
+	// identity the backup travelled to; a node leaves it unused, and erases
+	// it with the config's ticket once it runs.
 	TransferIdentity string `protobuf:"bytes,5,opt,name=transfer_identity,json=transferIdentity,proto3" json:"transfer_identity,omitempty"`
 }
 
