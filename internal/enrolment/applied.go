@@ -10,13 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/pki"
-	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
 // Load returns the node's enrolment config.
@@ -66,9 +63,7 @@ func Load(log *slog.Logger, espRoot string, fresh bool) (*Enrolment, error) {
 	if err == nil {
 		e, perr := parse(applied, "the config this node applied on its first boot", time.Time{})
 		if perr == nil {
-			if source != sourceNone && !bytes.Equal(b, applied) {
-				applyNetwork(log, e, source, b, applied)
-			}
+			warnUnused(log, source, b, applied)
 			e.provisional, e.applied = true, applied
 			return e, nil
 		}
@@ -77,12 +72,14 @@ func Load(log *slog.Logger, espRoot string, fresh bool) (*Enrolment, error) {
 		err = errors.New("it is missing")
 	}
 	log.Warn("the ESP's record of the applied enrolment config is unusable; the config in "+source+
-		" stands in for it until the data volume's record is read", "err", err)
+		" stands in for it until the data volume's record is read, with DHCP for this boot: "+
+		"an established node takes no network settings from a config that is not its own record", "err", err)
 	e, perr := parse(b, source, time.Time{})
 	if perr != nil {
 		log.Warn("the config in "+source+" is unusable too; the default config stands in", "err", perr)
 		e, _ = parse(nil, sourceNone, time.Time{})
 	}
+	e.Interfaces, e.NTPServers = nil, nil
 	e.provisional, e.applied, e.refused = true, b, err
 	return e, nil
 }
@@ -99,8 +96,9 @@ func (e *Enrolment) Provisional() bool { return e.provisional }
 // A fresh node's config is recorded on the volume. An established node's
 // ESP record that matches the volume's, byte for byte, stands. One that
 // differs, is damaged or is missing is refused, by name and with the
-// reason, in the log; the volume's record is used, with the network the
-// node already runs, and written back to the ESP. A volume without a
+// reason, in the log; the volume's record is used and written back to the
+// ESP, and its network settings apply from the next boot (the network
+// comes up once, before the volume opens). A volume without a
 // record (set up by an older Borough) takes the ESP's, once: trust on
 // first use, said in the log. A volume record that does not parse is an
 // error: the authentic record is lost, and the node must not guess.
@@ -133,12 +131,12 @@ func Confirm(log *slog.Logger, e *Enrolment, espRoot, dataRoot string) (*Enrolme
 		return nil, fmt.Errorf("%w; refusing to guess which config this node was enrolled with "+
 			"(the ESP's copy is not authenticated)", err)
 	}
-	auth.applied, auth.Interfaces, auth.NTPServers = data, e.Interfaces, e.NTPServers
+	auth.applied = data
 	if e.refused == nil && bytes.Equal(data, e.applied) {
 		return auth, nil
 	}
 	log.Error("refused " + string(esp.AppliedEnrolment) + ": " + refusal(e, auth) +
-		"; running from the data volume's record, and writing it back to the ESP")
+		"; running from the data volume's record, and writing it back to the ESP (its network settings apply from the next boot)")
 	return auth, writeRecord(esp.AppliedEnrolment.In(espRoot), data)
 }
 
@@ -185,42 +183,36 @@ func (e *Enrolment) OwnerName() string {
 	return pki.Fingerprint(e.Owner)
 }
 
-// applyNetwork applies to e, the config the node applied on its first
-// boot, the network settings of b, the config now in source: a machine
-// that moved needs its new addresses, and they cannot weaken what the
-// node trusts (the cluster's peers and owner are known by certificates).
-// Every other difference is ignored, with a warning.
-func applyNetwork(log *slog.Logger, e *Enrolment, source string, b, applied []byte) {
-	cur, err := Parse(b, source, time.Time{})
-	if err != nil {
-		log.Warn("ignoring the enrolment config in "+source+"; running from the one this node applied on its first boot", "err", err)
-		return
+// warnUnused warns, on an established node, of a config in source (b)
+// other than its record (applied), which it does not use: an enrolment
+// config applies to a node's first boot only, and anyone who writes the
+// disk or the machine's fw_cfg writes one. The node's network comes from
+// its record and the owner's network change (package netconfig), which
+// its ledger authenticates. A config left in fw_cfg is warned of at every
+// boot: whoever reads the machine's configuration reads it.
+func warnUnused(log *slog.Logger, source string, b, applied []byte) {
+	switch {
+	case source == sourceNone:
+	case !sameConfig(b, applied):
+		log.Warn("ignoring the enrolment config in " + source + ", which differs from the one this node applied on " +
+			"its first boot: an enrolment config applies to a node's first boot only, and an established node takes " +
+			"its network only from its own record and the owner's change (borough node network)")
+	case strings.HasPrefix(source, "fw_cfg"):
+		log.Warn("the machine's " + source + " still holds this node's enrolment config, which it applied on its " +
+			"first boot and does not use again: remove it from the machine's configuration, where whoever reads that reads it")
 	}
-	e.Interfaces, e.NTPServers = cur.Interfaces, cur.NTPServers
-	if sameButNetwork(b, applied) {
-		log.Info("applying the network settings of the enrolment config in " + source)
-		return
-	}
-	log.Warn("the enrolment config in " + source + " differs from the one this node applied on its first boot " +
-		"in more than its network; applying its network settings and ignoring the rest: " +
-		"an enrolment config applies to a node's first boot only")
 }
 
-// sameButNetwork says whether two configs differ only in their network
-// (and ticket secrets, which a member erases: Spend).
-func sameButNetwork(a, b []byte) bool {
+// sameConfig says whether two configs are the same but for the ticket
+// secrets, which a member erases from its record (Spend).
+func sameConfig(a, b []byte) bool {
 	if sa, _, err := spend(a); err == nil {
 		a = sa
 	}
 	if sb, _, err := spend(b); err == nil {
 		b = sb
 	}
-	var ca, cb enrolmentpb.Config
-	if proto.Unmarshal(a, &ca) != nil || proto.Unmarshal(b, &cb) != nil {
-		return false
-	}
-	ca.Network, cb.Network = nil, nil
-	return proto.Equal(&ca, &cb)
+	return bytes.Equal(a, b)
 }
 
 // writeRecord records b as the applied config at path, if it is not

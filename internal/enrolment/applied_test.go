@@ -52,7 +52,6 @@ func TestConfirm(t *testing.T) {
 		refused string
 		// wantErr, if set, is Confirm's error.
 		wantErr string
-		ntp     string
 	}{
 		{name: "first boot", config: genuine, fresh: true},
 		{name: "records match", espRecord: genuine, dataRecord: genuine},
@@ -64,8 +63,10 @@ func TestConfirm(t *testing.T) {
 			refused: "it is damaged"},
 		{name: "record bit-flipped", espRecord: flipped, dataRecord: genuine, refused: "refused"},
 		{name: "another node's record", espRecord: swapped, dataRecord: genuine, refused: "the cluster (other, not prod)"},
+		// A config naming another NTP server beside a forged record: the
+		// node takes neither's network.
 		{name: "forged record, moved machine", espRecord: forged, config: moved, dataRecord: genuine,
-			refused: "the owner", ntp: "10.0.2.2"},
+			refused: "the owner"},
 		{name: "volume from an older Borough", espRecord: genuine, refused: ""},
 		{name: "volume record damaged", espRecord: genuine, dataRecord: genuine[:5],
 			wantErr: "refusing to guess which config this node was enrolled with"},
@@ -99,8 +100,8 @@ func TestConfirm(t *testing.T) {
 			if gotRefusal != (tc.refused != "") || !strings.Contains(log.String(), tc.refused) {
 				t.Errorf("Confirm logged %q, want a refusal saying %q", log.String(), tc.refused)
 			}
-			if tc.ntp != "" && (len(e.NTPServers) != 1 || e.NTPServers[0] != tc.ntp) {
-				t.Errorf("NTP servers %v, want the moved machine's %s", e.NTPServers, tc.ntp)
+			if len(e.NTPServers) != 0 {
+				t.Errorf("NTP servers %v, want the genuine record's (none)", e.NTPServers)
 			}
 			want := genuine
 			for _, f := range []string{esp.AppliedEnrolment.In(espRoot), datavol.AppliedEnrolment.In(dataRoot)} {
@@ -143,5 +144,43 @@ func write(t *testing.T, root, name string, b []byte) {
 	}
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWarnUnused: an established node warns of a config it does not use,
+// whatever differs in it, and of its own config left in fw_cfg, spent
+// there or not; of its own config on the ESP it says nothing.
+func TestWarnUnused(t *testing.T) {
+	owner, err := pki.NewOwner("owner", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := founderConfig(t, owner)
+	own := marshal(t, config)
+	record, _, err := spend(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config.Network = &enrolmentpb.Network{NtpServers: []string{"10.0.2.2"}}
+	other := marshal(t, config)
+	for _, tc := range []struct {
+		name, source string
+		config       []byte
+		want         string
+	}{
+		{"its own config on the ESP", "ESP " + string(esp.EnrolmentConfig), own, ""},
+		{"its own config in fw_cfg", "fw_cfg opt/borough/enrolment", own, "still holds this node's enrolment config"},
+		{"its own config, spent, in fw_cfg", "fw_cfg opt/borough/enrolment", record, "still holds this node's enrolment config"},
+		{"another NTP server on the ESP", "ESP " + string(esp.EnrolmentConfig), other, "ignoring the enrolment config in ESP"},
+		{"another NTP server pushed", "the owner's node API", other, "ignoring the enrolment config in the owner's node API"},
+		{"no config", sourceNone, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log bytes.Buffer
+			warnUnused(slog.New(slog.NewTextHandler(&log, nil)), tc.source, tc.config, record)
+			if !strings.Contains(log.String(), tc.want) || (tc.want == "") != (log.Len() == 0) {
+				t.Errorf("warned %q, want %q", log.String(), tc.want)
+			}
+		})
 	}
 }

@@ -29,16 +29,7 @@ func TestSpend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk, body, err := ticket.Founder("prod", now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmt, err := authority.Sign(owner.Cert, owner.Key, authority.KindTicket, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	founder := bootstrap("prod", owner.Cert.Raw)
-	founder.GetBootstrap().OwnerTicket, founder.GetBootstrap().TicketSecret = stmt, tk.GetSecret()
+	founder := founderConfig(t, owner)
 	transfer, err := age.GenerateX25519Identity()
 	if err != nil {
 		t.Fatal(err)
@@ -185,4 +176,21 @@ func TestResetOwner(t *testing.T) {
 	if _, err := os.Stat(esp.ResetOwner.In(espRoot)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the owner of the reset is still on the ESP: %v", err)
 	}
+}
+
+// founderConfig is a bootstrap config of cluster prod with owner's
+// first node's ticket.
+func founderConfig(t *testing.T, owner *pki.Cert) *enrolmentpb.Config {
+	t.Helper()
+	tk, body, err := ticket.Founder("prod", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmt, err := authority.Sign(owner.Cert, owner.Key, authority.KindTicket, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bootstrap("prod", owner.Cert.Raw)
+	c.GetBootstrap().OwnerTicket, c.GetBootstrap().TicketSecret = stmt, tk.GetSecret()
+	return c
 }
