@@ -173,9 +173,11 @@ func (k *Keeper) openToOwner() *wait {
 }
 
 // ownerRecord reads the node's record for its owner, which must be bound
-// to the node's key.
+// to the node's key, and the latest the ledger lists: an older one, put
+// back with an older ledger, may be sealed to an owner the cluster was
+// handed over from, who must open nothing since.
 func (k *Keeper) ownerRecord() ([]byte, *escrow.OwnerRecovery, error) {
-	raw, err := k.Ledger.ReadOwn(esp.OwnerRecovery)
+	raw, err := k.Ledger.Read(esp.OwnerRecovery)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("its keys are not sealed to an owner (%s): a cluster without an owner, "+
 			"or a config with no_owner_recovery", esp.OwnerRecovery)

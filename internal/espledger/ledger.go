@@ -451,10 +451,23 @@ func (l *Ledger) Write(files map[esp.File][]byte) error {
 	return l.commit()
 }
 
+// erasedFirst are the files whose old contents must not outlive them in
+// the ESP's freed clusters, where FAT leaves a replaced file's data as it
+// was: the owner-recovery record opens the node's volume to the owner it
+// is sealed to, who after a hand-over is the owner no more. writeFiles
+// overwrites such a file in place before it replaces it; a power cut
+// between the two leaves it missing, and its writer writes it again.
+var erasedFirst = []esp.File{esp.OwnerRecovery}
+
 // writeFiles writes or removes each file, durably.
 func writeFiles(root string, files map[esp.File][]byte) error {
 	for f, b := range files {
 		var err error
+		if slices.Contains(erasedFirst, f) {
+			if err := atomicfile.Erase(f.In(root)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("erasing the old %s: %w", f, err)
+			}
+		}
 		if b == nil {
 			err = atomicfile.Remove(f.In(root))
 		} else {

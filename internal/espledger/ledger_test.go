@@ -1,6 +1,7 @@
 package espledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -276,6 +277,48 @@ func TestUnauthenticated(t *testing.T) {
 	}
 	if _, err := os.Stat(esp.Ledger.In(n.root)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("an unauthenticated ledger wrote %s: %v", esp.Ledger, err)
+	}
+}
+
+// TestEraseFirst: the owner-recovery record's old contents are
+// overwritten where they lie before a new record replaces it, on a node
+// with a TPM and on one without, so that a rotation's old owner finds
+// them in no freed cluster; other files are replaced as they are.
+func TestEraseFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file esp.File
+		tpm  bool
+		gone bool
+	}{
+		{"the owner-recovery record", esp.OwnerRecovery, true, true},
+		{"the owner-recovery record, without a TPM", esp.OwnerRecovery, false, true},
+		{"the CA", esp.UnlockCA, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &node{root: t.TempDir()}
+			l := Unauthenticated(n.root)
+			if tc.tpm {
+				n = newNode(t)
+				l = n.boot(t)
+			}
+			old := []byte("sealed to the old owner")
+			write(t, l, map[esp.File][]byte{tc.file: old})
+			// A second name for the old file's data: what stays of it in
+			// the filesystem's freed blocks once the file is replaced.
+			blocks := filepath.Join(t.TempDir(), "old-blocks")
+			if err := os.Link(tc.file.In(n.root), blocks); err != nil {
+				t.Fatal(err)
+			}
+			write(t, l, map[esp.File][]byte{tc.file: []byte("sealed to the new owner")})
+			left, err := os.ReadFile(blocks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gone := !bytes.Contains(left, old); gone != tc.gone {
+				t.Errorf("the old contents' blocks hold %q after the write; erased: %v, want %v", left, gone, tc.gone)
+			}
+		})
 	}
 }
 
