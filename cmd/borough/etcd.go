@@ -27,15 +27,24 @@ import (
 func etcdCommand() *cobra.Command {
 	c := &cobra.Command{Use: "etcd", Short: "Reach a cluster's etcd with the standard tools"}
 	var fingerprint string
+	var ttl time.Duration
 	env := &cobra.Command{
 		Use:   "env NODE",
-		Short: "Print the ETCDCTL_* settings for etcdctl to reach NODE (HOST:PORT) as the owner",
-		Args:  cobra.ExactArgs(1),
+		Short: "Print the ETCDCTL_* settings for etcdctl to reach NODE (HOST:PORT) as the owner, for hours",
+		Long: `env prints the ETCDCTL_* settings for etcdctl to reach NODE as the owner:
+an owner session, a key made for it and a certificate your owner key signs,
+etcd's root until --ttl passes, in a directory of its own that only you can
+read (in $XDG_RUNTIME_DIR where it is set). Your owner key itself never
+lies in clear on disk. borough removes expired sessions; remove the
+directory to end one here sooner. The cluster's first session (or
+application credential) restarts each member's etcd once, to trust it.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return etcdEnv(cmd.OutOrStdout(), args[0], fingerprint)
+			return etcdEnv(cmd.OutOrStdout(), args[0], fingerprint, ttl)
 		},
 	}
 	env.Flags().StringVar(&fingerprint, "fingerprint", "", "the cluster CA's fingerprint (sha256:...), from the node's console; needed on first use")
+	env.Flags().DurationVar(&ttl, "ttl", 8*time.Hour, "how long the owner session is valid")
 	c.AddCommand(env)
 	return c
 }
@@ -123,25 +132,20 @@ func pinnedFingerprints() []string {
 	return fps
 }
 
-func etcdEnv(stdout io.Writer, node, fingerprint string) error {
-	ca, err := pinCA(node, fingerprint)
+func etcdEnv(stdout io.Writer, node, fingerprint string, ttl time.Duration) error {
+	caFile, err := pinCA(node, fingerprint)
 	if err != nil {
 		return err
 	}
-	key, err := clearKeyFile()
+	ca, err := pki.ReadCertPEM(caFile)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "# ETCDCTL_KEY is the owner key decrypted for etcdctl: remove %s when done\n", key)
-	for _, kv := range [][2]string{
-		{"ETCDCTL_API", "3"},
-		{"ETCDCTL_ENDPOINTS", "https://" + node},
-		{"ETCDCTL_CACERT", ca},
-		{"ETCDCTL_CERT", ownerCertPath()},
-		{"ETCDCTL_KEY", key},
-	} {
-		fmt.Fprintf(stdout, "export %s=%s\n", kv[0], kv[1])
+	s, err := ownerSession(stdout, node, ca, ttl)
+	if err != nil {
+		return err
 	}
+	sessionEnv(stdout, s, []string{"https://" + node}, caFile)
 	return nil
 }
 

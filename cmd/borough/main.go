@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -63,8 +64,12 @@ port is taken as the kind the command asks for. ENDPOINTS and --cluster
 are client ports, or names, comma-separated.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// NODE means a node, found by either port or its name.
-		PersistentPreRunE: resolveNodes,
+		// NODE means a node, found by either port or its name; and the
+		// user's expired owner sessions go (session.go).
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			removeExpiredSessions(sessionBase(), time.Now())
+			return resolveNodes(cmd, args)
+		},
 	}
 	root.PersistentFlags().StringVar(&configDir, "config", defaultConfigDir(), "directory of the owner's identity and pinned cluster CAs")
 	root.AddCommand(imageCommand(), qemuCommand(), recoveryCommand(), ownerCommand(), enrolmentCommand(),

@@ -1,20 +1,14 @@
 package main
 
 import (
-	"crypto"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 
 	"golang.org/x/term"
 
 	"github.com/borough-os/borough/internal/ownerkey"
-	"github.com/borough-os/borough/internal/pki"
 )
 
 // errNoPassphrase is a passphrase needed where nothing can give one.
@@ -102,33 +96,4 @@ func ownerKeyPair() (tls.Certificate, error) {
 	}
 	unlocked[configDir] = kp
 	return kp, nil
-}
-
-// clearKeyFile writes the owner key decrypted, for tools that take only a
-// file (etcdctl), to the user's runtime directory (memory-backed where
-// XDG_RUNTIME_DIR is set), readable by the user alone, and returns its
-// path, which names the owner: one user may have several.
-func clearKeyFile() (string, error) {
-	kp, err := ownerKeyPair()
-	if err != nil {
-		return "", err
-	}
-	keyPEM, err := pki.KeyPEM(kp.PrivateKey.(crypto.Signer))
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(kp.Certificate[0])
-	dir := os.Getenv("XDG_RUNTIME_DIR")
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "borough-"+strconv.Itoa(os.Getuid()))
-	}
-	dir = filepath.Join(dir, "borough")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "owner-key-"+hex.EncodeToString(sum[:8])+".pem")
-	if err := os.WriteFile(path, keyPEM, 0o600); err != nil {
-		return "", err
-	}
-	return path, nil
 }

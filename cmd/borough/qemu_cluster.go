@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/qemu/multinode"
 )
 
@@ -20,6 +21,7 @@ type clusterFlags struct {
 	nodes, mem, basePort, apiPort int
 	image, state, name            string
 	tpm                           bool
+	ttl                           time.Duration
 }
 
 func qemuClusterCommand() *cobra.Command {
@@ -47,6 +49,7 @@ run it again with the same --state and the cluster restarts.`,
 	c.Flags().IntVar(&f.apiPort, "api-port", 7835, "host port of node 1's node API; node i gets api-port+i-1")
 	c.Flags().IntVar(&f.mem, "mem", 1024, "memory per VM, MiB")
 	c.Flags().BoolVar(&f.tpm, "tpm", false, "give every node a TPM 2.0 (swtpm)")
+	c.Flags().DurationVar(&f.ttl, "ttl", 8*time.Hour, "how long the printed owner session is valid (removed when the cluster powers off)")
 	return c
 }
 
@@ -72,10 +75,6 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 	if err != nil {
 		return err
 	}
-	key, err := clearKeyFile()
-	if err != nil {
-		return err
-	}
 	c, err := multinode.Launch(ctx, multinode.Options{
 		Nodes: f.nodes, Image: f.image, StateDir: f.state, Cluster: f.name, TPM: f.tpm, MemoryMiB: f.mem,
 		Owner: owner, ClientPorts: ports, APIPorts: apiPorts,
@@ -89,16 +88,16 @@ func runCluster(cmd *cobra.Command, f clusterFlags) error {
 	for _, e := range c.Endpoints() {
 		urls = append(urls, "https://"+e)
 	}
-	out := cmd.OutOrStdout()
-	for _, kv := range [][2]string{
-		{"ETCDCTL_API", "3"},
-		{"ETCDCTL_ENDPOINTS", strings.Join(urls, ",")},
-		{"ETCDCTL_CACERT", c.CAFile},
-		{"ETCDCTL_CERT", ownerCertPath()},
-		{"ETCDCTL_KEY", key},
-	} {
-		fmt.Fprintf(out, "export %s=%s\n", kv[0], kv[1])
+	ca, err := pki.ReadCertPEM(c.CAFile)
+	if err != nil {
+		return err
 	}
+	session, err := ownerSession(stderr, c.Endpoints()[0], ca, f.ttl)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(session.dir)
+	sessionEnv(cmd.OutOrStdout(), session, urls, c.CAFile)
 	fmt.Fprintf(stderr, "cluster running (CA %s); consoles in %s/node*/console.log; Ctrl-C (or SIGTERM) powers every node off\n",
 		c.Fingerprint, f.state)
 	update := fmt.Sprintf("borough update --cluster %s IMAGE --fingerprint %s", strings.Join(c.Endpoints(), ","), c.Fingerprint)

@@ -119,6 +119,7 @@ func TestCredentialInProcess(t *testing.T) {
 	if err := handshake(rw, ca, "127.0.0.31:2380"); err == nil || !strings.Contains(err.Error(), "remote error: tls") {
 		t.Errorf("the peer port's answer to an application credential: %v, want a TLS alert", err)
 	}
+	checkSession(t, ctx, cl, ca, owner)
 	if _, err := cl.UserAdd(ctx, "app:taken", "pw"); err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +229,26 @@ func checkEtcdctl(t *testing.T, ca *x509.Certificate, cred *pki.Cert) {
 		if tc.ok && err != nil || !tc.ok && (err == nil || !strings.Contains(string(out), "permission denied")) {
 			t.Errorf("etcdctl %s with the credential: %v\n%s", strings.Join(tc.args, " "), err, out)
 		}
+	}
+}
+
+// checkSession mints owner sessions, as borough etcd env does, on a
+// member that trusts the owner's applications CA: a live one is etcd's
+// root (it reads the CA key), an expired one is refused at the handshake.
+func checkSession(t *testing.T, ctx context.Context, cl *clientv3.Client, ca *x509.Certificate, owner tls.Certificate) {
+	t.Helper()
+	live, fresh, err := admin.MintSession(ctx, cl, owner, time.Hour, time.Now())
+	if err != nil || fresh {
+		t.Fatalf("an owner session: fresh %v, %v", fresh, err)
+	}
+	if _, err := appClient(t, ca, live).Get(ctx, keyspace.CAKey); err != nil {
+		t.Errorf("an owner session reading the CA key: %v", err)
+	}
+	expired, _, err := admin.MintSession(ctx, cl, owner, time.Hour, time.Now().Add(-2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(expired, ca, "127.0.0.31:2379"); err == nil {
+		t.Error("the client port took an expired owner session")
 	}
 }
