@@ -29,6 +29,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/cmdline"
 	"github.com/borough-os/borough/internal/ownerkey"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/qemu"
 )
 
@@ -286,16 +287,24 @@ func TestCluster(t *testing.T) {
 
 // forgedState plays someone who swaps the CRL copy on the ESP of the TPM
 // node of TestCluster while it is off, so that a node the cluster removed
-// could get its share: the ledger refuses the copy by name (the node
-// answers no share request until its member runs), the node runs, and
-// its member puts the authentic copy back.
+// could get its share, and who marks the node for a reset, to have it
+// erase itself and wait for a config from their key: the ledger refuses
+// the copy by name (the node answers no share request until its member
+// runs) and the mark, which the node removes, the node runs with its
+// data, and its member puts the authentic copy back.
 func forgedState(t *testing.T, img string, opts qemu.Options) {
 	genuine := readESPFile(t, img, esp.UnlockCRL)
 	writeESPFile(t, img, esp.UnlockCRL, readESPFile(t, img, esp.UnlockCA))
+	attacker, err := pki.NewOwner("attacker", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeESPFile(t, img, esp.ResetRequest, pki.CertPEM(attacker.Cert))
 	vm := boot(t, opts)
 	expect(t, vm, bootTimeout, "the ESP's ledger checks out",
 		"refusing "+string(esp.UnlockCRL)+": its contents are not the ones the ledger lists",
 		"borough: state Restarting -> Running", running)
+	sawLine(t, vm, "reset: refused and removed the reset mark on the ESP", stepTimeout)
 	// The member's identity is copied to the ESP as soon as it runs, and
 	// then every 10 s.
 	if err := waitUntil(time.Minute, func() error {

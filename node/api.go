@@ -17,6 +17,7 @@ import (
 	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/hardware"
 	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/nodeapi"
@@ -59,6 +60,8 @@ type apiParts struct {
 	// mounted says the data volume is mounted, once it is.
 	mounted *atomic.Bool
 	about   about
+	// ledger writes the reset mark.
+	ledger *espledger.Ledger
 }
 
 // apiService is the node API for the cluster's owner: the one on the data
@@ -107,7 +110,7 @@ func apiService(p apiParts) supervisor.Service {
 				return fmt.Errorf("the node is member %s of cluster %s (%s): remove it from the cluster first "+
 					"(borough node reset does, given --cluster), or force the reset", st.Member, st.Cluster, st.State)
 			}
-			return reset.Request(storage.ESPRoot, owner())
+			return reset.Request(p.ledger, owner())
 		},
 		Restore: func(ctx context.Context, r io.Reader) (*nodepb.RestoreResponse, error) {
 			m, err := mgr.Load().ReceiveBackup(ctx, r)

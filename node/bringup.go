@@ -21,6 +21,7 @@ import (
 	"github.com/borough-os/borough/internal/netconfig"
 	"github.com/borough-os/borough/internal/network"
 	"github.com/borough-os/borough/internal/pid1"
+	"github.com/borough-os/borough/internal/reset"
 	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
@@ -52,6 +53,9 @@ type brought struct {
 	services []supervisor.Service
 	// failure is why the node failed, nil if it is up.
 	failure error
+	// reset says the node's owner asked it to erase itself (package
+	// reset), as its ledger lists: nothing else was brought up.
+	reset bool
 }
 
 // bringUp reads the enrolment config, brings up the network, checks a
@@ -83,6 +87,11 @@ func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
 	if err != nil {
 		return brought{}, err
 	}
+	if requested, err := reset.Requested(ledger, storage.ESPRoot); err != nil {
+		log.Error("reset: " + err.Error() + ": only the node writes its reset mark, when its owner asks (borough node reset)")
+	} else if requested {
+		return brought{reset: true}, nil
+	}
 	settings, err := netconfig.Load(log.With(console.ServiceKey, "network"), ledger, enrol)
 	if err != nil {
 		return brought{}, err
@@ -102,7 +111,7 @@ func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
 	var locked atomic.Pointer[clusterkey.Keeper]
 	var mounted atomic.Bool
 	current.Store(enrol)
-	api := apiService(apiParts{current: &current, keys: &locked, life: life, mgr: &mgr, logs: b.logs, requests: b.requests,
+	api := apiService(apiParts{current: &current, keys: &locked, life: life, mgr: &mgr, logs: b.logs, requests: b.requests, ledger: ledger,
 		about:   about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates},
 		network: settings.Propose, fresh: st.Fresh(), mounted: &mounted})
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}, api}

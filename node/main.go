@@ -105,17 +105,17 @@ func node() int {
 	if err != nil {
 		return fatal(log, err)
 	}
-	if reset.Requested(storage.ESPRoot) {
+	seedEntropy(log.With(console.ServiceKey, "entropy"), t, tl)
+	requests := make(chan int, 1)
+	up, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
+		updates: updates, requests: requests})
+	if err == nil && up.reset {
 		if err := reset.Erase(log.With(console.ServiceKey, "reset"), st.Disk.Data, storage.ESPRoot, t); err != nil {
 			return fatal(log, err)
 		}
 		log.Info("reset: the node is erased; rebooting into its first boot")
 		return closeAndExit(log, st, pid1.ExitReboot)
 	}
-	seedEntropy(log.With(console.ServiceKey, "entropy"), t, tl)
-	requests := make(chan int, 1)
-	up, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
-		updates: updates, requests: requests})
 	if err := errors.Join(err, capPCRs(log, t)); err != nil {
 		return fatal(log, err)
 	}

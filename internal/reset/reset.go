@@ -4,10 +4,15 @@
 // data, or keys that open it, to its next life.
 //
 // The owner's request only leaves a mark on the ESP (Request) and reboots
-// the node; the erasing is the next boot's first step (Erase), before
-// anything mounts or unlocks the data volume, so that nothing holds it
-// open, and a power cut in the middle erases again at the boot after:
-// the mark goes last. Three erasures, each enough alone:
+// the node; the erasing is the next boot's first step once the ESP's
+// ledger is open (Erase), before anything mounts or unlocks the data
+// volume, so that nothing holds it open, and a power cut in the middle
+// erases again at the boot after: the mark goes last. The mark goes
+// through the node's ledger (package espledger): on a node with a TPM,
+// a mark someone wrote on the ESP with the machine off, to make the node
+// erase itself and wait for a config from their key, is not listed there,
+// and is refused and removed (Requested). Three erasures, each enough
+// alone:
 //
 //   - the data volume's header, with the salt from which the volume key is
 //     derived: zeroed, so that no unlock key, the owner's escrowed copies
@@ -40,6 +45,7 @@ import (
 
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/tpm"
 )
@@ -59,22 +65,32 @@ var state = []esp.File{
 
 // Request marks the node for a reset at its next boot by owner (nil for
 // a node without one), whom the node, reset, waits for an enrolment
-// config from (esp.ResetOwner).
-func Request(espRoot string, owner *x509.Certificate) error {
+// config from (esp.ResetOwner), through its ledger l.
+func Request(l *espledger.Ledger, owner *x509.Certificate) error {
 	mark := []byte("reset\n")
 	if owner != nil {
 		mark = pki.CertPEM(owner)
 	}
-	if err := atomicfile.Write(esp.ResetRequest.In(espRoot), mark, 0o600); err != nil {
+	if err := l.Write(map[esp.File][]byte{esp.ResetRequest: mark}); err != nil {
 		return fmt.Errorf("asking for a reset: %w", err)
 	}
 	return nil
 }
 
-// Requested says whether the node is marked for a reset.
-func Requested(espRoot string) bool {
-	_, err := os.Stat(esp.ResetRequest.In(espRoot))
-	return err == nil
+// Requested says whether the node is marked for a reset, as its ledger l
+// lists. A mark the ledger refuses is removed, and Requested says why.
+func Requested(l *espledger.Ledger, espRoot string) (bool, error) {
+	_, err := l.Read(esp.ResetRequest)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	case err != nil:
+		if rerr := atomicfile.Remove(esp.ResetRequest.In(espRoot)); rerr != nil {
+			return false, fmt.Errorf("refusing the reset mark on the ESP (%w), and removing it: %w", err, rerr)
+		}
+		return false, fmt.Errorf("refused and removed the reset mark on the ESP: %w", err)
+	}
+	return true, nil
 }
 
 // Erase erases the node (the package doc): the header of the data

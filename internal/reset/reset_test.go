@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/tpm"
 	"github.com/borough-os/borough/internal/tpmtest"
 )
@@ -38,14 +40,20 @@ func TestErase(t *testing.T) {
 	}
 	kept := []esp.File{esp.BootBinary, esp.UpdateRecord, esp.RandomSeed}
 	for _, f := range append(append([]esp.File{}, state...), kept...) {
-		write(t, root, f)
+		if f != esp.LedgerKey && f != esp.Ledger {
+			write(t, root, f)
+		}
 	}
 	owner, err := pki.NewOwner("owner", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Request(root, owner.Cert); err != nil || !Requested(root) {
-		t.Fatalf("Request = %v; Requested = %v", err, Requested(root))
+	l := openLedger(t, tp, root)
+	if err := Request(l, owner.Cert); err != nil {
+		t.Fatal(err)
+	}
+	if requested, err := Requested(openLedger(t, tp, root), root); err != nil || !requested {
+		t.Fatalf("the next boot: Requested = %v, %v", requested, err)
 	}
 
 	if err := Erase(slog.New(slog.DiscardHandler), data, root, tp); err != nil {
@@ -71,12 +79,68 @@ func TestErase(t *testing.T) {
 	if _, err := tp.Unseal(sealed); !errors.Is(err, tpm.ErrRolledBack) {
 		t.Errorf("a secret sealed before the reset unseals after it: %v", err)
 	}
-	if Requested(root) {
-		t.Error("the reset's mark is still there")
+	if _, err := os.Stat(esp.ResetRequest.In(root)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the reset's mark is still there: %v", err)
 	}
 	if b, err := os.ReadFile(esp.ResetOwner.In(root)); err != nil || !bytes.Equal(b, pki.CertPEM(owner.Cert)) {
 		t.Errorf("the owner who reset the node, on the ESP: %q, %v", b, err)
 	}
+}
+
+// TestOfflineMark plays someone who writes the reset mark on a TPM
+// node's ESP with the machine off, naming their own key as the owner to
+// wait for: the ledger does not list it, so the node refuses it, removes
+// it and erases nothing. A node without a TPM authenticates nothing on
+// its ESP, and takes it.
+func TestOfflineMark(t *testing.T) {
+	attacker, err := pki.NewOwner("attacker", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tpm  bool
+		want bool
+	}{
+		{"a node with a TPM", true, false},
+		{"a node without one", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			l := espledger.Unauthenticated(root)
+			if tc.tpm {
+				l = openLedger(t, tpmtest.New(t, 12), root)
+			}
+			if err := os.MkdirAll(filepath.Dir(esp.ResetRequest.In(root)), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(esp.ResetRequest.In(root), pki.CertPEM(attacker.Cert), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			requested, err := Requested(l, root)
+			if requested != tc.want || (err != nil) == tc.want {
+				t.Fatalf("Requested = %v, %v; want %v", requested, err, tc.want)
+			}
+			if _, serr := os.Stat(esp.ResetRequest.In(root)); !tc.want && !errors.Is(serr, os.ErrNotExist) {
+				t.Errorf("the refused mark is still on the ESP (%v); Requested said %v", serr, err)
+			}
+		})
+	}
+}
+
+// openLedger opens the ledger on the ESP at root, as a boot of the node
+// with TPM tp does.
+func openLedger(t *testing.T, tp *tpm.TPM, root string) *espledger.Ledger {
+	t.Helper()
+	epoch, err := tp.Epoch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := espledger.Open(root, &seals.Book{TPM: tp, Epoch: epoch}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func write(t *testing.T, root string, f esp.File) {
