@@ -168,8 +168,10 @@ func boroughSide(b *testing.B, name, img, config string, profiled bool) *side {
 	if profiled {
 		s.bins = []guestprof.Binary{{Name: "node", Symbols: goSymbols(b, filepath.Join(testOut(b), "node"))}}
 	}
-	s.env = etcdEnv(b, config, s.endpoints[0], c.Fingerprint)
-	s.env["ETCDCTL_ENDPOINTS"] = "https://" + strings.Join(s.endpoints, ",https://")
+	// The owner's key itself, not an owner session (etcd env), whose
+	// first use restarts each member's etcd while the turns run.
+	s.env = map[string]string{"ETCDCTL_ENDPOINTS": "https://" + strings.Join(s.endpoints, ",https://"),
+		"ETCDCTL_CACERT": c.CAFile, "ETCDCTL_CERT": filepath.Join(config, "owner.pem"), "ETCDCTL_KEY": ownerKeyFile(b, config)}
 	s.watchTerm(b, "at the start")
 	s.pause(b)
 	return s
