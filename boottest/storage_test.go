@@ -61,8 +61,9 @@ func TestStorage(t *testing.T) {
 }
 
 // TestStorageTPM: with a TPM the key is sealed, a reboot with the same TPM
-// unlocks, and a boot with another TPM stops with the reason and leaves
-// the data partition as it was.
+// unlocks, a data partition wiped under an ESP that kept its keys gets a
+// new volume and none of the old keys, and a boot with another TPM stops
+// with the reason and leaves the data partition as it was.
 func TestStorageTPM(t *testing.T) {
 	t.Parallel()
 	img := nodeImage(t, cmdline.PoweroffOnFatal)
@@ -82,6 +83,14 @@ func TestStorageTPM(t *testing.T) {
 	expect(t, vm, bootTimeout, unlocked, "borough: test: marker="+marker, ready)
 	powerOff(t, vm)
 	expectNotInImage(t, img, marker)
+
+	// The data partition wiped with the ESP kept: the new volume inherits
+	// none of the old life's keys.
+	wipeDataHeader(t, img)
+	vm = boot(t, qemu.Options{Image: img, StateDir: state, TPM: true})
+	expect(t, vm, bootTimeout, "the ESP holds the keys and records of an earlier life of this node",
+		"borough: reset: advanced the TPM's epoch", created, ready)
+	powerOff(t, vm)
 
 	before := dataHash(t, img)
 	vm = boot(t, qemu.Options{Image: img, TPM: true})
@@ -226,6 +235,21 @@ func dataSection(t *testing.T, img string) *io.SectionReader {
 	}
 	t.Cleanup(func() { f.Close() })
 	return io.NewSectionReader(f, int64(p.Start)*512, int64(p.End-p.Start+1)*512)
+}
+
+// wipeDataHeader zeroes the start of the image's data partition, where
+// its volume header is: the partition reads as empty.
+func wipeDataHeader(t *testing.T, img string) {
+	t.Helper()
+	p := dataPartition(t, img)
+	f, err := os.OpenFile(img, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, 2<<20), int64(p.Start)*512); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // dataHash hashes the image's data partition.

@@ -105,6 +105,11 @@ func node() int {
 	if err != nil {
 		return fatal(log, err)
 	}
+	if st.Fresh() {
+		if _, err := reset.EraseLeftovers(log.With(console.ServiceKey, "reset"), storage.ESPRoot, t); err != nil {
+			return fatal(log, err)
+		}
+	}
 	seedEntropy(log.With(console.ServiceKey, "entropy"), t, tl)
 	requests := make(chan int, 1)
 	up, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,

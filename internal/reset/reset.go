@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -55,13 +56,17 @@ import (
 // crypt.Probe reads to call a partition empty.
 const headerBytes = 2 << 20
 
-// state are the ESP files that make the node what it was: erased.
-var state = []esp.File{
+// keys are the ESP files that hold what the node's data volume and its
+// cluster know it by: its sealed keys, escrow, identity, records, ledger
+// and network.
+var keys = []esp.File{
 	esp.SealedLocalKey, esp.ClusterKeyEscrow, esp.LedgerKey, esp.UnlockKey, esp.EscrowKey,
 	esp.OwnerRecovery, esp.CUKEscrow, esp.UnlockCert, esp.UnlockCA, esp.UnlockCRL,
-	esp.NodeState, esp.MemberDirectory, esp.Ledger, esp.DHCPLeases, esp.Network, esp.NetworkTrial,
-	esp.EnrolmentConfig, esp.PushedEnrolment, esp.AppliedEnrolment,
+	esp.NodeState, esp.MemberDirectory, esp.Ledger, esp.Network, esp.NetworkTrial,
 }
+
+// state are the ESP files that make the node what it was: erased.
+var state = append(slices.Clone(keys), esp.DHCPLeases, esp.EnrolmentConfig, esp.PushedEnrolment, esp.AppliedEnrolment)
 
 // Request marks the node for a reset at its next boot by owner (nil for
 // a node without one), whom the node, reset, waits for an enrolment
@@ -121,6 +126,42 @@ func Erase(log *slog.Logger, data, espRoot string, t *tpm.TPM) error {
 		return fmt.Errorf("removing the reset's mark: %w", err)
 	}
 	return nil
+}
+
+// EraseLeftovers erases what an earlier life of the node left on the ESP
+// at espRoot (its keys, identity, records and ledger, not its enrolment
+// config), on a node whose data partition is fresh, and moves the TPM
+// t's epoch on (nil: the node seals nothing), before anything unseals: a
+// new volume must not inherit a node key or escrow key someone may have
+// copied, or that a cluster still knows. A first boot cut short before
+// its volume was complete leaves the same files, and starts again from
+// nothing. It says whether there was anything to erase.
+func EraseLeftovers(log *slog.Logger, espRoot string, t *tpm.TPM) (bool, error) {
+	var found []esp.File
+	for _, f := range keys {
+		if _, err := os.Stat(f.In(espRoot)); err == nil {
+			found = append(found, f)
+		}
+	}
+	if len(found) == 0 {
+		return false, nil
+	}
+	for _, f := range found {
+		if err := atomicfile.Erase(f.In(espRoot)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return true, fmt.Errorf("erasing %s: %w", f, err)
+		}
+	}
+	log.Warn("the data partition is empty, but the ESP holds the keys and records of an earlier life of this node "+
+		"(or of a first boot cut short): erased them", "files", len(found))
+	if t == nil {
+		return true, nil
+	}
+	epoch, err := t.Advance()
+	if err != nil {
+		return true, fmt.Errorf("advancing the TPM's epoch: %w", err)
+	}
+	log.Info("advanced the TPM's epoch: nothing sealed before unseals", "epoch", epoch)
+	return true, nil
 }
 
 // keepOwner writes the owner the mark names, if it names one, as the one

@@ -128,6 +128,58 @@ func TestOfflineMark(t *testing.T) {
 	}
 }
 
+// TestEraseLeftovers plays a node whose data partition was wiped while
+// its ESP kept an earlier life's keys, and a node fresh from its image:
+// the first erases the keys and moves the TPM's epoch, keeping its
+// enrolment config; the second has nothing to erase and moves nothing.
+func TestEraseLeftovers(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		leftovers  bool
+		wantErased bool
+	}{
+		{"an earlier life's keys", true, true},
+		{"fresh from its image", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := tpmtest.New(t, 13)
+			pcrs, epoch := tpmtest.BootState(t, tp)
+			sealed, err := tp.SealTo([]byte("the earlier life's node key"), pcrs, epoch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			root := t.TempDir()
+			image := []esp.File{esp.BootBinary, esp.EnrolmentConfig}
+			for _, f := range image {
+				write(t, root, f)
+			}
+			if tc.leftovers {
+				for _, f := range keys {
+					write(t, root, f)
+				}
+			}
+			erased, err := EraseLeftovers(slog.New(slog.DiscardHandler), root, tp)
+			if err != nil || erased != tc.wantErased {
+				t.Fatalf("EraseLeftovers = %v, %v; want %v", erased, err, tc.wantErased)
+			}
+			for _, f := range keys {
+				if _, err := os.Stat(f.In(root)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s is on the ESP: %v", f, err)
+				}
+			}
+			for _, f := range image {
+				if _, err := os.Stat(f.In(root)); err != nil {
+					t.Errorf("%s, the image's, is gone: %v", f, err)
+				}
+			}
+			_, err = tp.Unseal(sealed)
+			if rolled := errors.Is(err, tpm.ErrRolledBack); rolled != tc.wantErased {
+				t.Errorf("unsealing an earlier seal: %v; want the epoch moved: %v", err, tc.wantErased)
+			}
+		})
+	}
+}
+
 // openLedger opens the ledger on the ESP at root, as a boot of the node
 // with TPM tp does.
 func openLedger(t *testing.T, tp *tpm.TPM, root string) *espledger.Ledger {
