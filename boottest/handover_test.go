@@ -41,13 +41,17 @@ func (m *multi) rogueOwner(t *testing.T, rogue, victim *multinode.Node) {
 // owner rotate`: every node takes the hand-over, its client port then
 // takes the new owner and refuses the old, its node API answers the new
 // owner with the node's admission by them, its disk's owner escrow is
-// sealed to them, and a backup made for the old owner does not open with
+// sealed to them and the old one is nowhere on the disk, and a backup made for the old owner does not open with
 // the new key. The cases after it act as the new owner: the cold restart
 // unlocks every node with shares its peers seal under the new owner's
 // admissions, and new nodes join with the new owner's tickets.
 func (m *multi) ownerRotation(t *testing.T) {
 	nodes := m.c.Nodes[:3]
 	old := m.owner(t)
+	oldRecords := map[int][]byte{}
+	for _, n := range nodes {
+		oldRecords[n.Index] = espCopy(t, n, esp.OwnerRecovery)[esp.OwnerRecovery]
+	}
 	out := cli(t, "--config", m.config, "owner", "rotate", nodes[0].Endpoint(), "--fingerprint", m.c.Fingerprint, "--name", "owner-2")
 	t.Log(out)
 	contains(t, "owner rotate", out, "handed the cluster over to owner \"owner-2\"", "takes the new owner on its client port")
@@ -74,6 +78,9 @@ func (m *multi) ownerRotation(t *testing.T) {
 			return nil
 		}); err != nil {
 			t.Fatalf("node%d's owner escrow is not sealed to the new owner %s after the hand-over: %v", n.Index+1, fp, err)
+		}
+		if held, err := inImage(n.Disk(), oldRecords[n.Index]); err != nil || held {
+			t.Errorf("node%d's disk still holds its owner escrow sealed to the old owner (in the ESP's freed clusters): %v, %v", n.Index+1, held, err)
 		}
 	}
 	if m.backup != "" {

@@ -267,9 +267,20 @@ func dataHash(t *testing.T, img string) [32]byte {
 // expectNotInImage fails if s appears anywhere in the image's bytes.
 func expectNotInImage(t *testing.T, img, s string) {
 	t.Helper()
-	f, err := os.Open(img)
+	held, err := inImage(img, []byte(s))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if held {
+		t.Fatalf("the image %s holds %q in clear", filepath.Base(img), s)
+	}
+}
+
+// inImage says whether the image img holds b anywhere in its bytes.
+func inImage(img string, b []byte) (bool, error) {
+	f, err := os.Open(img)
+	if err != nil {
+		return false, err
 	}
 	defer f.Close()
 	buf := make([]byte, 8<<20)
@@ -277,17 +288,17 @@ func expectNotInImage(t *testing.T, img, s string) {
 	for {
 		n, err := f.Read(buf)
 		chunk := append(tail, buf[:n]...)
-		if bytes.Contains(chunk, []byte(s)) {
-			t.Fatalf("the image %s holds %q in clear", filepath.Base(img), s)
+		if bytes.Contains(chunk, b) {
+			return true, nil
 		}
-		if len(chunk) >= len(s) {
-			tail = append([]byte{}, chunk[len(chunk)-len(s)+1:]...)
+		if len(chunk) >= len(b) {
+			tail = append([]byte{}, chunk[len(chunk)-len(b)+1:]...)
 		}
 		if err == io.EOF {
-			return
+			return false, nil
 		}
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 	}
 }
