@@ -74,6 +74,11 @@ const (
 	// next boot (package netconfig, JSON), until it reaches its cluster
 	// with it or goes back.
 	NetworkTrial File = Dir + "/network-trial.json"
+	// NetworkConfirmed is the network of the enrolment config the node's
+	// data volume confirmed (package netconfig, JSON), which later boots
+	// bring up before the volume opens, in place of the ESP's copy of the
+	// config, which nobody authenticates.
+	NetworkConfirmed File = Dir + "/network-confirmed.json"
 	// ResetOwner is the certificate of the owner who reset the node
 	// (PEM): a node reset without an enrolment config in fw_cfg or on its
 	// ESP waits for one from that owner, through its node API, rather

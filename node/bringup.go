@@ -147,6 +147,9 @@ func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
 	}
 	mounted.Store(true)
 	current.Store(enrol)
+	if err := netconfig.Confirm(ledger, enrol); err != nil {
+		log.Warn("the next boot brings up the network of the ESP's enrolment config", "err", err)
+	}
 	m := cluster.New(log, cluster.Config{
 		Enrolment: enrol, FreshData: st.FirstBoot, IP: net.IP,
 		ESPRoot: storage.ESPRoot, DataRoot: storage.DataRoot, Ledger: ledger,

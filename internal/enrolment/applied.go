@@ -10,10 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
 // Load returns the node's enrolment config.
@@ -201,6 +204,17 @@ func warnUnused(log *slog.Logger, source string, b, applied []byte) {
 		log.Warn("the machine's " + source + " still holds this node's enrolment config, which it applied on its " +
 			"first boot and does not use again: remove it from the machine's configuration, where whoever reads that reads it")
 	}
+}
+
+// Network is the network settings of e's config as the config holds them
+// (a marshalled enrolmentpb.Network; empty for none): for a record of the
+// network the data volume confirmed (package netconfig).
+func (e *Enrolment) Network() ([]byte, error) {
+	var c enrolmentpb.Config
+	if err := proto.Unmarshal(e.applied, &c); err != nil {
+		return nil, fmt.Errorf("the applied enrolment config: %w", err)
+	}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(c.GetNetwork())
 }
 
 // sameConfig says whether two configs are the same but for the ticket

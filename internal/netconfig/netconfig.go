@@ -16,9 +16,19 @@
 // its certificate and its peers' member list follow from a boot (package
 // cluster gives a node that moved a new certificate and tells its peers).
 //
-// Both files go through the ESP's ledger (package espledger): a network
-// written by someone with the disk, not by the node, is refused, and the
-// enrolment config's network stands.
+// Without a change of the owner's, a boot brings up the network of the
+// enrolment config the node's data volume confirmed at an earlier boot
+// (esp.NetworkConfirmed, written by Confirm): the network comes up before
+// the volume opens, and the ESP's copy of the config is not authenticated,
+// so someone who edits it must not choose the node's addresses or its NTP
+// server (a clock set back revives expired credentials). Only a node's
+// first boot, or its first after an update from a Borough that kept no
+// such record, brings up the ESP config's network.
+//
+// All three files go through the ESP's ledger (package espledger): a
+// network written by someone with the disk, not by the node, is refused;
+// the enrolment config's network stands for a refused change, and DHCP
+// for a refused record.
 package netconfig
 
 import (
@@ -125,13 +135,39 @@ func Load(log *slog.Logger, l *espledger.Ledger, e *enrolment.Enrolment) (*Setti
 	kept, err := read(l, esp.Network)
 	if err != nil {
 		log.Warn("ignoring the owner's network; the enrolment config's stands", "err", err)
-		return s, nil
 	}
 	if kept != nil {
 		s.From = "the owner's change"
 		return s, s.use(log, kept)
 	}
+	confirmed, err := read(l, esp.NetworkConfirmed)
+	switch {
+	case err != nil:
+		log.Warn("ignoring the record of the node's confirmed network: DHCP for this boot", "err", err)
+		s.Interfaces, s.NTPServers, s.From = nil, nil, "DHCP, for want of a network record the node wrote"
+	case confirmed != nil:
+		s.From = "the enrolment config the data volume confirmed"
+		return s, s.use(log, confirmed)
+	}
 	return s, nil
+}
+
+// Confirm records, through the ledger, the network of e, the enrolment
+// config the data volume confirmed, for later boots to bring up (the
+// package doc). A record as it was is not written again.
+func Confirm(l *espledger.Ledger, e *enrolment.Enrolment) error {
+	n, err := e.Network()
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(record{Network: n})
+	if err != nil {
+		return err
+	}
+	if err := l.Write(map[esp.File][]byte{esp.NetworkConfirmed: b}); err != nil {
+		return fmt.Errorf("recording the confirmed network: %w", err)
+	}
+	return nil
 }
 
 // use takes r's network, saying so.

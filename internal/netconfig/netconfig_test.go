@@ -152,3 +152,63 @@ func TestTrial(t *testing.T) {
 		}
 	}
 }
+
+// TestConfirmed: once the data volume confirmed its enrolment config, a
+// node's later boots bring up that config's network, whatever the ESP's
+// copy of the config says (someone with the disk naming an NTP server of
+// theirs), and a record of it planted by someone else gives DHCP.
+func TestConfirmed(t *testing.T) {
+	genuine := moved()
+	n := &node{t: t, root: t.TempDir(), tpm: tpmtest.New(t, 6), e: enrolled(t, genuine)}
+	s := n.boot()
+	if s.From != FromEnrolment || address(s) != "10.77.0.33/24" {
+		t.Fatalf("first boot: from %s, address %q", s.From, address(s))
+	}
+	if err := Confirm(s.ledger, n.e); err != nil {
+		t.Fatal(err)
+	}
+	edited := moved()
+	edited.NtpServers = []string{"10.0.2.2"}
+	n.e = enrolled(t, edited)
+	s = n.boot()
+	if s.From != "the enrolment config the data volume confirmed" || address(s) != "10.77.0.33/24" || len(s.NTPServers) != 1 || s.NTPServers[0] != "10.77.0.1" {
+		t.Fatalf("a boot with the ESP's config edited: from %s, address %q, NTP %v", s.From, address(s), s.NTPServers)
+	}
+	raw, err := proto.Marshal(edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted, err := json.Marshal(record{Network: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(esp.NetworkConfirmed.In(n.root), planted, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s = n.boot(); len(s.Interfaces) != 0 || len(s.NTPServers) != 0 {
+		t.Errorf("a planted record: interfaces %v, NTP %v; want DHCP", s.Interfaces, s.NTPServers)
+	}
+}
+
+// enrolled is the enrolment config with network n, as a node's first
+// boot loads it.
+func enrolled(t *testing.T, n *enrolmentpb.Network) *enrolment.Enrolment {
+	t.Helper()
+	root := t.TempDir()
+	b, err := proto.Marshal(&enrolmentpb.Config{Version: 1, Network: n,
+		Mode: &enrolmentpb.Config_Bootstrap{Bootstrap: &enrolmentpb.Bootstrap{ClusterName: "prod"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(esp.EnrolmentConfig.In(root)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(esp.EnrolmentConfig.In(root), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, err := enrolment.Load(slog.New(slog.DiscardHandler), root, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}

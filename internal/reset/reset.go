@@ -62,7 +62,7 @@ const headerBytes = 2 << 20
 var keys = []esp.File{
 	esp.SealedLocalKey, esp.ClusterKeyEscrow, esp.LedgerKey, esp.UnlockKey, esp.EscrowKey,
 	esp.OwnerRecovery, esp.CUKEscrow, esp.UnlockCert, esp.UnlockCA, esp.UnlockCRL,
-	esp.NodeState, esp.MemberDirectory, esp.Ledger, esp.Network, esp.NetworkTrial,
+	esp.NodeState, esp.MemberDirectory, esp.Ledger, esp.Network, esp.NetworkTrial, esp.NetworkConfirmed,
 }
 
 // state are the ESP files that make the node what it was: erased.
