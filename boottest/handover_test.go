@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,6 +52,10 @@ func (m *multi) ownerRotation(t *testing.T) {
 	oldRecords := map[int][]byte{}
 	for _, n := range nodes {
 		oldRecords[n.Index] = espCopy(t, n, esp.OwnerRecovery)[esp.OwnerRecovery]
+	}
+	m.oldOwner = filepath.Join(m.t.TempDir(), "old-owner")
+	if out, err := exec.Command("cp", "-a", m.config, m.oldOwner).CombinedOutput(); err != nil {
+		t.Fatalf("keeping the old owner's config: %v\n%s", err, out)
 	}
 	out := cli(t, "--config", m.config, "owner", "rotate", nodes[0].Endpoint(), "--fingerprint", m.c.Fingerprint, "--name", "owner-2")
 	t.Log(out)

@@ -100,6 +100,9 @@ type multi struct {
 	// backup is the cluster's backup "backup under writes" made, for
 	// later cases to try.
 	backup string
+	// oldOwner is a copy of the owner's config directory from before
+	// "owner rotation", for later cases to try the old key.
+	oldOwner string
 	// restored is the first node of the cluster "restore from a backup"
 	// made, and rejoined the node that joined it.
 	restored, rejoined *multinode.Node

@@ -98,6 +98,13 @@ func (m *multi) coldRestart(t *testing.T) {
 	if dataHash(t, nodes[0].Disk()) != before {
 		t.Error("the node alone changed its data partition")
 	}
+	if m.oldOwner != "" {
+		// The cluster was handed over: the locked node, whose ESP still
+		// holds its enrolment config naming the old owner, takes the owner
+		// its latest record is sealed to alone.
+		contains(t, "the old owner on a locked node's API", cliFails(t, "--config", m.oldOwner, "node", "info", nodes[0].API(),
+			"--fingerprint", m.c.Fingerprint), "tls")
+	}
 	contains(t, "node unlock", cli(t, "--config", m.config, "node", "unlock", nodes[0].API(), "--fingerprint", m.c.Fingerprint),
 		"its cluster unlock key: it opens its data volume")
 	expect(t, nodes[0].VM, bootTimeout, "the owner sent the cluster unlock key")

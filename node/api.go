@@ -22,6 +22,7 @@ import (
 	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pid1"
+	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/reset"
 	"github.com/borough-os/borough/internal/space"
 	"github.com/borough-os/borough/internal/storage"
@@ -74,7 +75,13 @@ func apiService(p apiParts) supervisor.Service {
 		if o := mgr.Load().Owner(); o != nil {
 			return o
 		}
-		return current.Load().Owner
+		o := current.Load().Owner
+		if sealed := keys.Load().SealedOwner(); o != nil && sealed != "" && pki.Fingerprint(o) != sealed {
+			// The cluster was handed over since the enrolment: the
+			// locked node takes the owner its latest record names alone.
+			return nil
+		}
+		return o
 	}
 	member, admission := apiIdentity(mgr)
 	identity := func() (*tls.Certificate, error) {
