@@ -110,7 +110,7 @@ func (s *Settings) Propose(n *enrolmentpb.Network) error {
 // trial is dropped, saying so.
 func Load(log *slog.Logger, l *espledger.Ledger, e *enrolment.Enrolment) (*Settings, error) {
 	s := &Settings{Interfaces: e.Interfaces, NTPServers: e.NTPServers, From: FromEnrolment, ledger: l, expired: make(chan struct{})}
-	trial, err := read(l, esp.NetworkTrial)
+	trial, err := read(l.Read, esp.NetworkTrial)
 	switch {
 	case err != nil:
 		log.Warn("ignoring the network to try", "err", err)
@@ -132,7 +132,7 @@ func Load(log *slog.Logger, l *espledger.Ledger, e *enrolment.Enrolment) (*Setti
 		s.trial, s.Trial, s.From = trial, true, "the owner's change, on trial"
 		return s, s.use(log, trial)
 	}
-	kept, err := read(l, esp.Network)
+	kept, err := read(l.Read, esp.Network)
 	if err != nil {
 		log.Warn("ignoring the owner's network; the enrolment config's stands", "err", err)
 	}
@@ -140,7 +140,10 @@ func Load(log *slog.Logger, l *espledger.Ledger, e *enrolment.Enrolment) (*Setti
 		s.From = "the owner's change"
 		return s, s.use(log, kept)
 	}
-	confirmed, err := read(l, esp.NetworkConfirmed)
+	// The node's own record, from an older ledger put back too: it grants
+	// nothing the node did not have, and a node whose ESP was rolled back
+	// must still reach its peers to get its latest state back.
+	confirmed, err := read(l.ReadOwn, esp.NetworkConfirmed)
 	switch {
 	case err != nil:
 		log.Warn("ignoring the record of the node's confirmed network: DHCP for this boot", "err", err)
@@ -185,9 +188,10 @@ func (s *Settings) use(log *slog.Logger, r *record) error {
 	return nil
 }
 
-// read reads a network record f through the ledger; nil if there is none.
-func read(l *espledger.Ledger, f esp.File) (*record, error) {
-	b, err := l.Read(f)
+// read reads a network record f with a ledger's reader; nil if there is
+// none.
+func read(readLedger func(esp.File) ([]byte, error), f esp.File) (*record, error) {
+	b, err := readLedger(f)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -156,7 +156,8 @@ func TestTrial(t *testing.T) {
 // TestConfirmed: once the data volume confirmed its enrolment config, a
 // node's later boots bring up that config's network, whatever the ESP's
 // copy of the config says (someone with the disk naming an NTP server of
-// theirs), and a record of it planted by someone else gives DHCP.
+// theirs), and from an older ESP put back too; a record planted by
+// someone else gives DHCP.
 func TestConfirmed(t *testing.T) {
 	genuine := moved()
 	n := &node{t: t, root: t.TempDir(), tpm: tpmtest.New(t, 6), e: enrolled(t, genuine)}
@@ -174,6 +175,25 @@ func TestConfirmed(t *testing.T) {
 	if s.From != "the enrolment config the data volume confirmed" || address(s) != "10.77.0.33/24" || len(s.NTPServers) != 1 || s.NTPServers[0] != "10.77.0.1" {
 		t.Fatalf("a boot with the ESP's config edited: from %s, address %q, NTP %v", s.From, address(s), s.NTPServers)
 	}
+	// An older ESP put back (its ledger with its files): the node's own
+	// older record still brings its network up, for it to reach its peers.
+	saved := map[esp.File][]byte{}
+	for _, f := range []esp.File{esp.Ledger, esp.NetworkConfirmed} {
+		saved[f] = readFile(t, f.In(n.root))
+	}
+	later := moved()
+	later.GetStatic().Addresses = []string{"10.77.0.55/24"}
+	if err := Confirm(s.ledger, enrolled(t, later)); err != nil {
+		t.Fatal(err)
+	}
+	for f, b := range saved {
+		if err := os.WriteFile(f.In(n.root), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s = n.boot(); address(s) != "10.77.0.33/24" {
+		t.Errorf("a boot with an older ESP put back: from %s, address %q; want its older record's", s.From, address(s))
+	}
 	raw, err := proto.Marshal(edited)
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +208,15 @@ func TestConfirmed(t *testing.T) {
 	if s = n.boot(); len(s.Interfaces) != 0 || len(s.NTPServers) != 0 {
 		t.Errorf("a planted record: interfaces %v, NTP %v; want DHCP", s.Interfaces, s.NTPServers)
 	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // enrolled is the enrolment config with network n, as a node's first
