@@ -18,8 +18,12 @@ packages=(
 	systemd-boot-efi ovmf qemu-system-x86 swtpm swtpm-tools
 	e2fsprogs dosfstools mtools gdisk cryptsetup-bin protobuf-compiler etcd-client
 	sbsigntool efitools osslsigncode squashfs-tools nbdkit qemu-utils dnsmasq-base prometheus
-	curl patroni postgresql-15
+	curl patroni postgresql-15 python3-idna protoc-gen-go
 )
+# python3-idna: Patroni's etcd client (urllib3 over pyOpenSSL) imports it
+# to read a node certificate's DNS names, and Debian only suggests it; without it
+# Patroni's etcd3 DCS fails to start ("Can not find suitable configuration
+# of distributed configuration store"). protoc-gen-go: go generate ./proto.
 
 say() { printf 'build: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
