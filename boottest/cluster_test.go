@@ -207,8 +207,11 @@ func TestCluster(t *testing.T) {
 
 	node := "127.0.0.1:" + strconv.Itoa(port)
 	env := etcdEnv(t, config, node, fingerprint(t, vm))
-	if env["ETCDCTL_CERT"] != filepath.Join(config, "owner.pem") || env["ETCDCTL_ENDPOINTS"] != "https://"+node {
-		t.Errorf("etcd env = %v", env)
+	if !strings.Contains(env["ETCDCTL_CERT"], "borough-session-") || env["ETCDCTL_ENDPOINTS"] != "https://"+node {
+		t.Errorf("etcd env = %v, want an owner session", env)
+	}
+	if key, err := os.ReadFile(env["ETCDCTL_KEY"]); err != nil || bytes.Equal(key, ownerKeyPEM(t, config)) {
+		t.Errorf("etcd env's key file %s: %v; want a session's own key, not the owner's", env["ETCDCTL_KEY"], err)
 	}
 	c := client(t, env, env["ETCDCTL_CERT"], env["ETCDCTL_KEY"])
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
