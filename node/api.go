@@ -217,9 +217,9 @@ func dataUse(root string) (used, size uint64) {
 }
 
 // spaceOf is the member's etcd database against its quota, for the node
-// API; nil while etcd does not run here, or does not answer within a
-// second (a full member answers: etcd serves its status when it refuses
-// writes).
+// API; nil while etcd does not run here. A full member answers (etcd
+// serves its status when it refuses writes); a member without a quorum
+// gives its database without its alarms, after a second.
 func spaceOf(c *clientv3.Client) *nodepb.Space {
 	if c == nil {
 		return nil
@@ -227,7 +227,7 @@ func spaceOf(c *clientv3.Client) *nodepb.Space {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	s, err := space.Read(ctx, c)
-	if err != nil {
+	if s.Quota == 0 && err != nil {
 		return nil
 	}
 	return &nodepb.Space{DbSize: s.DB, DbInUse: s.InUse, Quota: s.Quota, Alarms: s.Alarms}

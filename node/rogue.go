@@ -174,7 +174,7 @@ func rogueShare(ctx context.Context, c *clientv3.Client, b64 string) (string, er
 	if err != nil {
 		return "", err
 	}
-	id := unlock.Identity{Cert: tls.Certificate{Certificate: [][]byte{forged.Cert.Raw}, PrivateKey: forged.Key, Leaf: forged.Cert}, CA: ca.Cert}
+	id := unlock.Identity{Cert: forged.TLS(), CA: ca.Cert}
 	fctx, cancel := context.WithTimeout(ctx, rogueShareFor)
 	defer cancel()
 	var log strings.Builder

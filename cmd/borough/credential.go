@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -134,7 +133,7 @@ func writeCredential(dir, name string, cert *pki.Cert, ca *x509.Certificate) err
 // awaitCredential waits up to wait until the member at endpoint takes the
 // credential: it reads prefix with it.
 func awaitCredential(stdout io.Writer, endpoint, prefix string, cert *pki.Cert, ca *x509.Certificate, wait time.Duration) error {
-	kp := tls.Certificate{Certificate: [][]byte{cert.Cert.Raw}, PrivateKey: cert.Key, Leaf: cert.Cert}
+	kp := cert.TLS()
 	c, err := admin.Connect([]string{endpoint}, ca, kp)
 	if err != nil {
 		return err

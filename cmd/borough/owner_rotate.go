@@ -102,7 +102,7 @@ func nextOwner(stdout io.Writer, name string) (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("keeping the next owner's identity: %w", err)
 	}
-	return tls.Certificate{Certificate: [][]byte{id.Cert.Raw}, PrivateKey: id.Key, Leaf: id.Cert}, nil
+	return id.TLS(), nil
 }
 
 // loadPair reads an owner certificate and its encrypted key.

@@ -15,18 +15,21 @@ type State struct {
 	Alarms           []string
 }
 
-// Read reads the state of the member c is a client of: etcd's status and
-// the cluster's alarms, of which it keeps the member's own.
+// Read reads the state of the member c is a client of: etcd's status,
+// which the member answers alone, and the cluster's alarms, of which it
+// keeps the member's own. etcd lists alarms through raft, so a member
+// without a quorum does not answer that: Read then returns the status it
+// has, and says why the alarms are missing.
 func Read(ctx context.Context, c *clientv3.Client) (State, error) {
 	st, err := c.Status(ctx, "")
 	if err != nil {
 		return State{}, fmt.Errorf("etcd's status: %w", err)
 	}
+	s := State{DB: st.DbSize, InUse: st.DbSizeInUse, Quota: st.DbSizeQuota}
 	alarms, err := c.AlarmList(ctx)
 	if err != nil {
-		return State{}, fmt.Errorf("etcd's alarms: %w", err)
+		return s, fmt.Errorf("etcd's alarms: %w", err)
 	}
-	s := State{DB: st.DbSize, InUse: st.DbSizeInUse, Quota: st.DbSizeQuota}
 	for _, a := range alarms.Alarms {
 		if a.MemberID == st.Header.GetMemberId() {
 			s.Alarms = append(s.Alarms, a.Alarm.String())
