@@ -149,8 +149,8 @@ func Run(ctx context.Context, dial Dial, endpoints []string, p Params) (Result, 
 }
 
 // run sends requests from p.Clients goroutines until p.For has passed.
-func run(ctx context.Context, conns []*clientv3.Client, p Params) (Result, error) {
-	ctx, cancel := context.WithCancel(ctx)
+func run(parent context.Context, conns []*clientv3.Client, p Params) (Result, error) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var (
 		mu     sync.Mutex
@@ -181,6 +181,11 @@ func run(ctx context.Context, conns []*clientv3.Client, p Params) (Result, error
 	}
 	wg.Wait()
 	took := time.Since(start)
+	if failed == nil && parent.Err() != nil {
+		// A context that ends between two requests stops the clients
+		// without a failed request: the load was still cut short.
+		failed = fmt.Errorf("cut off after %v of %v: %w", took.Round(time.Millisecond), p.For, parent.Err())
+	}
 	if failed != nil {
 		return Result{}, fmt.Errorf("load %s: %w", p.Name(), failed)
 	}
