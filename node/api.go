@@ -75,13 +75,7 @@ func apiService(p apiParts) supervisor.Service {
 		if o := mgr.Load().Owner(); o != nil {
 			return o
 		}
-		o := current.Load().Owner
-		if sealed := keys.Load().SealedOwner(); o != nil && sealed != "" && pki.Fingerprint(o) != sealed {
-			// The cluster was handed over since the enrolment: the
-			// locked node takes the owner its latest record names alone.
-			return nil
-		}
-		return o
+		return lockedOwner(current.Load().Owner, keys.Load().SealedOwner(), p.ledger.Refused())
 	}
 	member, admission := apiIdentity(mgr)
 	identity := func() (*tls.Certificate, error) {
@@ -160,6 +154,23 @@ func apiService(p apiParts) supervisor.Service {
 		}
 		return s.Run(ctx)
 	}}
+}
+
+// lockedOwner is the owner of a node whose data volume is still locked:
+// the one its enrolment config names, unless the cluster was handed over
+// since (its record is sealed to another owner: the node takes that one
+// alone, through sealed), or the ESP's ledger was refused (an older or
+// forged ESP put back, whose enrolment config may name an owner the
+// cluster has since replaced: the node takes nobody until a peer or the
+// sealed owner unlocks it).
+func lockedOwner(enrolled *x509.Certificate, sealed string, refused error) *x509.Certificate {
+	switch {
+	case enrolled == nil, refused != nil:
+		return nil
+	case sealed != "" && pki.Fingerprint(enrolled) != sealed:
+		return nil
+	}
+	return enrolled
 }
 
 // logNodeKey prints, for a node without a data volume, the key its node

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"crypto/x509"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/borough-os/borough/internal/pki"
+)
+
+// TestLockedOwner plays the old owner against a locked node after a
+// hand-over: the enrolment config on the ESP still names them, and only
+// the record sealed to the new owner, or a ledger that checks out, says
+// otherwise.
+func TestLockedOwner(t *testing.T) {
+	owner := func(name string) *x509.Certificate {
+		c, err := pki.NewOwner(name, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Cert
+	}
+	old, next := owner("old"), owner("next")
+	older := errors.New("an older copy put back")
+	for _, tc := range []struct {
+		name     string
+		enrolled *x509.Certificate
+		sealed   string
+		refused  error
+		want     *x509.Certificate
+	}{
+		{"enrolled, no record read yet", old, "", nil, old},
+		{"enrolled, record sealed to the same owner", old, pki.Fingerprint(old), nil, old},
+		{"handed over: record sealed to the next owner", old, pki.Fingerprint(next), nil, nil},
+		{"an older ESP put back", old, "", older, nil},
+		{"an older ESP put back, record read anyway", old, pki.Fingerprint(old), older, nil},
+		{"no enrolment", nil, "", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := lockedOwner(tc.enrolled, tc.sealed, tc.refused); got != tc.want {
+				t.Errorf("got %v, want %v", subject(got), subject(tc.want))
+			}
+		})
+	}
+}
+
+func subject(c *x509.Certificate) string {
+	if c == nil {
+		return "nobody"
+	}
+	return c.Subject.CommonName
+}
