@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/borough-os/borough/internal/cmdline"
-	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/qemu"
 )
 
@@ -116,7 +116,7 @@ func TestFailedNodeAPI(t *testing.T) {
 	port := freePort(t)
 	api := "127.0.0.1:" + strconv.Itoa(port)
 	vm := boot(t, qemu.Options{Image: nodeImage(t, cmdline.PoweroffOnFatal), FwCfg: cfgFile, RTCBase: "2001-01-01",
-		Forwards: []qemu.Forward{{Host: port, Guest: nodeapi.Port}}})
+		Forwards: []qemu.Forward{{Host: port, Guest: ports.NodeAPI}}})
 	expect(t, vm, bootTimeout, "borough: node failed: enrolment config from fw_cfg opt/borough/enrolment: field bootstrap.owner_certificate: is not valid before")
 	var info string
 	if err := waitUntil(stepTimeout, func() error {

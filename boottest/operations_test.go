@@ -27,9 +27,9 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/qemu"
 )
@@ -39,7 +39,7 @@ func (m *multi) newAddress(t *testing.T) {
 	const moved = "10.77.0.33"
 	out := cli(t, "--config", m.config, "node", "network", n.API(), "--fingerprint", m.c.Fingerprint,
 		"--link", "mac="+qemu.UserMAC+",dhcp", "--link", "mac="+n.MAC()+",address="+moved+"/24,advertise")
-	contains(t, "node network", out, "reboots to try the new network")
+	contains(t, "node network", out, "reboots to try the new network", "if it does not within 1m0s")
 	expect(t, n.VM, bootTimeout, "network settings from the owner's change, on trial", "borough: state New -> Restarting",
 		"the node's address changed; gave it a new certificate", "told the cluster the node's new address address="+moved)
 	if err := m.c.WaitRunning(n); err != nil {
@@ -62,7 +62,7 @@ func (m *multi) newAddress(t *testing.T) {
 	switch {
 	case i < 0:
 		t.Errorf("%s is not in the member list after its move", n.Name)
-	case strings.Join(list.Members[i].PeerURLs, ",") != "https://"+net.JoinHostPort(moved, strconv.Itoa(consensus.PeerPort)):
+	case strings.Join(list.Members[i].PeerURLs, ",") != "https://"+net.JoinHostPort(moved, strconv.Itoa(ports.Peer)):
 		t.Errorf("%s's peer URLs are %v after its move", n.Name, list.Members[i].PeerURLs)
 	}
 	ctx := timeout(t, time.Minute)

@@ -19,7 +19,9 @@ import (
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/hardware"
+	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/metrics"
+	"github.com/borough-os/borough/internal/netconfig"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pid1"
 	"github.com/borough-os/borough/internal/pki"
@@ -46,7 +48,7 @@ type apiParts struct {
 	// owner's unlock.
 	keys *atomic.Pointer[clusterkey.Keeper]
 	// life is the node's way into its cluster, from the start of the boot.
-	life *cluster.Lifecycle
+	life *lifecycle.Lifecycle
 	// mgr is the cluster manager once the data volume is mounted; nil
 	// until then (its methods answer for a nil one).
 	mgr  *atomic.Pointer[cluster.Manager]
@@ -107,7 +109,7 @@ func apiService(p apiParts) supervisor.Service {
 		Reset: func(force bool) error {
 			switch st := life.Status(); {
 			case force:
-			case st.State == cluster.StateRunning, st.State == cluster.StateRestarting, st.State == cluster.StateJoining:
+			case st.State == lifecycle.Running, st.State == lifecycle.Restarting, st.State == lifecycle.Joining:
 				return fmt.Errorf("the node is member %s of cluster %s (%s): remove it from the cluster first "+
 					"(borough node reset does, given --cluster), or force the reset", st.Member, st.Cluster, st.State)
 			}
@@ -124,9 +126,9 @@ func apiService(p apiParts) supervisor.Service {
 		SealedOwner: func() string { return keys.Load().SealedOwner() },
 		Unlock:      func(sealed []byte) error { return keys.Load().Unlock(sealed) },
 		Recover:     func() error { return mgr.Load().Recover() },
-		Network:     p.network,
+		Network:     p.network, NetworkWindow: netconfig.Window,
 		Enrol: func(config []byte) error {
-			if st := life.Status().State; !p.fresh || st != cluster.StateNew && st != cluster.StateFailed {
+			if st := life.Status().State; !p.fresh || st != lifecycle.New && st != lifecycle.Failed {
 				return errors.New("the node has a data volume: an enrolment config applies to a node's first boot only " +
 					"(borough node reset erases the node first)")
 			}
@@ -193,7 +195,7 @@ type about struct {
 	updates  *updater.Updater
 }
 
-func (a about) info(st cluster.Status, enrolled string) *nodepb.Info {
+func (a about) info(st lifecycle.Status, enrolled string) *nodepb.Info {
 	cl := st.Cluster
 	if cl == "" {
 		cl = enrolled

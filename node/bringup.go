@@ -18,6 +18,7 @@ import (
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/hardware"
 	"github.com/borough-os/borough/internal/keyfile"
+	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/netconfig"
 	"github.com/borough-os/borough/internal/network"
 	"github.com/borough-os/borough/internal/pid1"
@@ -64,7 +65,7 @@ type brought struct {
 // node in Failed before the data partition is touched. An error is
 // fatal.
 func bringUp(b bootEnv) (brought, error) {
-	life := cluster.NewLifecycle(b.log)
+	life := lifecycle.Start(b.log)
 	out, err := bringUpWith(b, life)
 	if err == nil && out.failure != nil {
 		life.Fail(out.failure)
@@ -75,7 +76,7 @@ func bringUp(b bootEnv) (brought, error) {
 // bringUpWith is bringUp with the node's lifecycle, which its node API
 // reads from the start and the cluster manager moves once the data volume
 // is mounted.
-func bringUpWith(b bootEnv, life *cluster.Lifecycle) (brought, error) {
+func bringUpWith(b bootEnv, life *lifecycle.Lifecycle) (brought, error) {
 	log, params, st, t, hw, tl := b.log, b.params, b.st, b.tpm, b.hw, b.timeline
 	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {

@@ -13,8 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/borough-os/borough/internal/atomicfile"
-	"github.com/borough-os/borough/internal/consensus"
-	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/ports"
 )
 
 // A NODE is a node, however it is given: its member name, its etcd client
@@ -67,10 +66,10 @@ func apiAddr(node string) string {
 		case e.API != "":
 			return e.API
 		case len(e.URLs) > 0:
-			return samePlace(hostOfURL(e.URLs[0]), nodeapi.Port, node)
+			return samePlace(hostOfURL(e.URLs[0]), ports.NodeAPI, node)
 		}
 	}
-	return otherDefault(node, consensus.ClientPort, nodeapi.Port)
+	return otherDefault(node, ports.Client, ports.NodeAPI)
 }
 
 // clientAddr is the etcd client endpoint of node.
@@ -80,10 +79,10 @@ func clientAddr(node string) string {
 		case e.Client != "":
 			return e.Client
 		case len(e.URLs) > 0:
-			return samePlace(hostOfURL(e.URLs[0]), consensus.ClientPort, node)
+			return samePlace(hostOfURL(e.URLs[0]), ports.Client, node)
 		}
 	}
-	return otherDefault(node, nodeapi.Port, consensus.ClientPort)
+	return otherDefault(node, ports.NodeAPI, ports.Client)
 }
 
 // otherDefault is node at port want if it is an address at port other,

@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/admin"
-	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/proto/nodepb"
 )
@@ -257,7 +257,7 @@ func (m *memberHealth) judge(maxClock time.Duration) {
 	if m.Lag > maxLag {
 		m.Problems = append(m.Problems, fmt.Sprintf("raft log %d entries behind its leader's", m.Lag))
 	}
-	if m.State != "" && m.State != string(cluster.StateRunning) {
+	if m.State != "" && m.State != string(lifecycle.Running) {
 		m.Problems = append(m.Problems, "state "+m.State)
 	}
 	if off := time.Duration(m.ClockOffset * float64(time.Second)); m.State != "" && (off > maxClock || off < -maxClock) {
@@ -309,7 +309,7 @@ func (h *clusterHealth) unhealthy() error {
 func (h *clusterHealth) judgeEscrow() {
 	running := map[string]bool{}
 	for _, m := range h.Members {
-		running[m.Name] = m.State == string(cluster.StateRunning)
+		running[m.Name] = m.State == string(lifecycle.Running)
 	}
 	for i := range h.Members {
 		m := &h.Members[i]

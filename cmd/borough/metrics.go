@@ -12,8 +12,8 @@ import (
 
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/metrics"
-	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 )
 
 // defaultCredentialTTL is how long a metrics credential is valid unless
@@ -91,6 +91,6 @@ scrape_configs:
       key_file: %s
     static_configs:
       - targets: ["NODE:%d"]
-`, abs(certPath), abs(keyPath), nodeapi.Port)
+`, abs(certPath), abs(keyPath), ports.NodeAPI)
 	return nil
 }

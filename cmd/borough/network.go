@@ -7,8 +7,6 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-
-	"github.com/borough-os/borough/internal/netconfig"
 )
 
 func nodeNetworkCommand() *cobra.Command {
@@ -17,14 +15,14 @@ func nodeNetworkCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "network NODE",
 		Short: "Change the network settings of the node whose API is at NODE (HOST:PORT), kept only if it reaches its cluster with them",
-		Long: fmt.Sprintf(`network sends the node new network settings, given with the flags of
+		Long: `network sends the node new network settings, given with the flags of
 'borough enrolment bootstrap' (--link, or --address with --interface,
 --gateway4, --gateway6 and --dns; --ntp). The node checks them, reboots,
 and brings its network up with them, all at once: a node at a new address
 gives itself a certificate for it and tells its peers. Once it runs in its
 cluster again they stand, over its enrolment config's, at every boot. If
-it has not reached its cluster within %v, or loses power trying, it goes
-back to the settings it had, by itself.`, netconfig.Window),
+it has not reached its cluster within the window it names, or loses power
+trying, it goes back to the settings it had, by itself.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return changeNetwork(cmd.OutOrStdout(), args[0], f, n)
@@ -49,10 +47,11 @@ func changeNetwork(stdout io.Writer, node string, f apiFlags, flags networkFlags
 	if err != nil {
 		return err
 	}
-	if err := c.Network(context.Background(), n); err != nil {
+	window, err := c.Network(context.Background(), n)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s reboots to try the new network; it keeps it once it runs in its cluster, "+
-		"and goes back to the one it had if it does not within %v\n", node, netconfig.Window)
+		"and goes back to the one it had if it does not within %v\n", node, window)
 	return nil
 }

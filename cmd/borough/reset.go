@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/borough-os/borough/internal/cluster"
+	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/nodeapi"
 )
 
@@ -55,8 +55,8 @@ func resetNode(stdout io.Writer, node string, f apiFlags, endpoint string, force
 	if err != nil {
 		return err
 	}
-	switch cluster.State(info.GetState()) {
-	case cluster.StateRunning, cluster.StateRestarting, cluster.StateJoining:
+	switch lifecycle.State(info.GetState()) {
+	case lifecycle.Running, lifecycle.Restarting, lifecycle.Joining:
 		switch {
 		case endpoint != "":
 			if err := leave(ctx, stdout, c, endpoint, info.GetMember(), f.fingerprint, force); err != nil {
@@ -104,7 +104,7 @@ func leave(ctx context.Context, stdout io.Writer, c *nodeapi.Client, endpoint, n
 	}
 	for deadline := time.Now().Add(removedWait); ; time.Sleep(time.Second) {
 		info, err := c.Info(ctx)
-		if err == nil && cluster.State(info.GetState()) == cluster.StateFailed {
+		if err == nil && lifecycle.State(info.GetState()) == lifecycle.Failed {
 			fmt.Fprintf(stdout, "%s left its cluster: %s\n", name, info.GetFailure())
 			return nil
 		}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/backup"
-	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/enrolment"
+	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -221,9 +221,9 @@ func awaitRunning(ctx context.Context, c *nodeapi.Client, doing string) (*nodepb
 	for {
 		info, err := c.Info(ctx)
 		switch {
-		case err == nil && info.GetState() == string(cluster.StateRunning):
+		case err == nil && info.GetState() == string(lifecycle.Running):
 			return info, nil
-		case err == nil && info.GetState() == string(cluster.StateFailed):
+		case err == nil && info.GetState() == string(lifecycle.Failed):
 			return nil, fmt.Errorf("%s failed %s: %s", c.Addr, doing, info.GetFailure())
 		}
 		select {

@@ -17,6 +17,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/rollout"
 	"github.com/borough-os/borough/internal/update"
 )
@@ -183,5 +184,5 @@ func memberAPI(name string, clientURLs []string, given map[string]string) (strin
 	if err != nil || u.Hostname() == "" {
 		return "", fmt.Errorf("its client URL %q names no host: give --api %s=HOST:PORT", clientURLs[0], name)
 	}
-	return net.JoinHostPort(u.Hostname(), strconv.Itoa(nodeapi.Port)), nil
+	return net.JoinHostPort(u.Hostname(), strconv.Itoa(ports.NodeAPI)), nil
 }

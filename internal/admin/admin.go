@@ -30,6 +30,7 @@ import (
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -342,7 +343,7 @@ func joinEndpoints(ctx context.Context, c *clientv3.Client) ([]string, error) {
 			if err != nil {
 				return nil, fmt.Errorf("member %s has peer URL %q: %w", m.Name, u, err)
 			}
-			out = append(out, net.JoinHostPort(pu.Hostname(), strconv.Itoa(ticket.EndpointPort)))
+			out = append(out, net.JoinHostPort(pu.Hostname(), strconv.Itoa(ports.Join)))
 		}
 	}
 	if len(out) == 0 {

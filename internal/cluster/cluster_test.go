@@ -36,6 +36,7 @@ import (
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/join"
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/authoritypb"
@@ -65,7 +66,7 @@ func (l *logBuffer) String() string {
 type member struct {
 	// mgr is nil for a member whose Preflight failed it (life says so).
 	mgr  *Manager
-	life *Lifecycle
+	life *lifecycle.Lifecycle
 	log  *logBuffer
 	ip   netip.Addr
 	dir  string
@@ -99,7 +100,7 @@ func startWith(t testing.TB, ctx context.Context, n int, e *enrolment.Enrolment,
 	ctx, stop := context.WithCancel(ctx)
 	m := &member{log: &logBuffer{}, ip: netip.AddrFrom4([4]byte{127, 0, 0, byte(n)}), dir: dir, stop: stop, done: make(chan error, 1)}
 	log := slog.New(console.NewHandler(m.log))
-	m.life = NewLifecycle(log)
+	m.life = lifecycle.Start(log)
 	if err := Preflight(ctx, log, filepath.Join(dir, "esp"), e); err != nil {
 		m.life.Fail(err)
 		return m

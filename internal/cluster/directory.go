@@ -16,7 +16,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
-	"github.com/borough-os/borough/internal/ticket"
+	"github.com/borough-os/borough/internal/ports"
 )
 
 // The member directory is the node's own list of the cluster's members
@@ -121,7 +121,7 @@ func (d *directory) peerEndpoints(self string) []string {
 		}
 		for _, u := range urls {
 			if pu, err := url.Parse(u); err == nil {
-				out = append(out, net.JoinHostPort(pu.Hostname(), strconv.Itoa(ticket.EndpointPort)))
+				out = append(out, net.JoinHostPort(pu.Hostname(), strconv.Itoa(ports.Join)))
 			}
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/espledger"
+	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -82,7 +83,7 @@ func runJoiner(specJSON string) error {
 	}
 	e := &enrolment.Enrolment{ClusterName: tk.GetClusterName(), Ticket: &tk}
 	log := slog.New(console.NewHandler(os.Stdout))
-	life := NewLifecycle(log)
+	life := lifecycle.Start(log)
 	cfg := Config{
 		Enrolment: e, FreshData: errors.Is(statErr, os.ErrNotExist), IP: netip.MustParseAddr(spec.IP),
 		ESPRoot: filepath.Join(spec.Dir, "esp"), Ledger: espledger.Unauthenticated(filepath.Join(spec.Dir, "esp")), DataRoot: data,

@@ -24,7 +24,9 @@ import (
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/join"
+	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/supervisor"
 	"github.com/borough-os/borough/internal/timeline"
 )
@@ -87,13 +89,13 @@ func (mg *Manager) mark(phase string) {
 }
 
 // Manager is the cluster manager: it brings the node into its cluster
-// once the data volume is mounted, and moves the node's Lifecycle from
+// once the data volume is mounted, and moves the node's lifecycle.Lifecycle from
 // then on. A nil Manager is a node whose data volume is not mounted yet:
 // the methods the node API calls answer so.
 type Manager struct {
 	log  *slog.Logger
 	cfg  Config
-	life *Lifecycle
+	life *lifecycle.Lifecycle
 	// trustMu orders the writes of what the client port trusts: an owner
 	// hand-over and the owner's applications CA.
 	trustMu sync.Mutex
@@ -120,7 +122,7 @@ type Manager struct {
 // New returns the manager of a node whose storage and network are up, as
 // cfg says, on its way into its cluster as life says (New, unless
 // bring-up failed it). log is the node's root logger.
-func New(log *slog.Logger, cfg Config, life *Lifecycle) *Manager {
+func New(log *slog.Logger, cfg Config, life *lifecycle.Lifecycle) *Manager {
 	return &Manager{log: log, cfg: cfg, life: life, backups: make(chan received), recoverNow: make(chan struct{}, 1)}
 }
 
@@ -157,9 +159,9 @@ func (mg *Manager) Run(ctx context.Context) error {
 		mg.life.Fail(err)
 		return nil
 	}
-	mg.life.to(StateRunning)
+	mg.life.To(lifecycle.Running)
 	mg.log.Info("node running", "cluster", rec.Cluster, "member", rec.Node,
-		"client", net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(consensus.ClientPort)), "role", role)
+		"client", net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(ports.Client)), "role", role)
 	mg.mark(timeline.Running)
 	if tl := mg.cfg.Timeline; tl != nil {
 		mg.log.Info("boot timeline (seconds since the kernel started, +since the previous): " + tl.String())
@@ -210,7 +212,7 @@ func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Recor
 	defer mg.serving.Store(nil)
 	js := &join.Server{Client: c.Client, PKI: mg.pkiFiles(), Log: mg.log.With("service", "join")}
 	if mg.cfg.overrides.listenOnIP {
-		js.Addr = net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(join.Port))
+		js.Addr = net.JoinHostPort(mg.cfg.IP.String(), strconv.Itoa(ports.Join))
 	}
 	services := []supervisor.Service{
 		{Name: "etcd", Run: func(ctx context.Context) error { return ends(ctx, c.Run(ctx)) }},
@@ -299,15 +301,15 @@ func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, er
 		return nil, nil, err
 	}
 	d := decide(espRec, dataRec, espDamaged, mg.cfg.FreshData, mg.cfg.Enrolment.Ticket != nil)
-	if d.Next == StateFailed {
+	if d.Next == lifecycle.Failed {
 		return nil, nil, d.Reason
 	}
-	mg.life.to(d.Next)
+	mg.life.To(d.Next)
 	switch d.Next {
-	case StateRestarting:
+	case lifecycle.Restarting:
 		c, err := mg.restart(ctx, d.Record)
 		return c, d.Record, err
-	case StateJoining:
+	case lifecycle.Joining:
 		return mg.join(ctx, d.Record)
 	}
 	return mg.bootstrap(ctx, d.Record)

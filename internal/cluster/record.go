@@ -10,6 +10,7 @@ import (
 
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -123,7 +124,7 @@ func recordFile(path string, r *Record) (atomicfile.File, error) {
 
 // Decision is what the records say to do.
 type Decision struct {
-	Next State
+	Next lifecycle.State
 	// Record is the record to continue from, if any.
 	Record *Record
 	// Reason explains a Failed decision.
@@ -139,7 +140,7 @@ type Decision struct {
 func decide(esp, data *Record, espDamaged, freshData, joining bool) Decision {
 	switch {
 	case espDamaged && data == nil:
-		return Decision{Next: StateFailed, Reason: errors.New(
+		return Decision{Next: lifecycle.Failed, Reason: errors.New(
 			"the node state record on the ESP is damaged and the data volume holds none: " +
 				"this node may be a member of a cluster; refusing to bootstrap or join one")}
 	case esp != nil && esp.Phase == PhaseRemoved, data != nil && data.Phase == PhaseRemoved:
@@ -147,23 +148,23 @@ func decide(esp, data *Record, espDamaged, freshData, joining bool) Decision {
 		if r == nil || r.Phase != PhaseRemoved {
 			r = data
 		}
-		return Decision{Next: StateFailed, Reason: &consensus.RemovedError{Cluster: r.Cluster}}
+		return Decision{Next: lifecycle.Failed, Reason: &consensus.RemovedError{Cluster: r.Cluster}}
 	case esp == nil && data == nil && joining:
-		return Decision{Next: StateJoining}
+		return Decision{Next: lifecycle.Joining}
 	case esp == nil && data == nil:
-		return Decision{Next: StateCreatingCluster}
+		return Decision{Next: lifecycle.CreatingCluster}
 	case esp != nil && esp.Phase == PhaseMember && (data == nil || data.Phase != PhaseMember):
-		return Decision{Next: StateFailed, Reason: fmt.Errorf(
+		return Decision{Next: lifecycle.Failed, Reason: fmt.Errorf(
 			"the ESP says this node is member %s of cluster %s, but its data volume does not (new: %v): "+
 				"the data volume is not this node's, or was rolled back; refusing to bootstrap a second cluster",
 			esp.Node, esp.Cluster, freshData)}
 	case data != nil && data.Phase == PhaseMember:
 		if esp != nil && esp.Phase == PhaseMember && (esp.ClusterID != data.ClusterID || esp.MemberID != data.MemberID) {
-			return Decision{Next: StateFailed, Reason: fmt.Errorf(
+			return Decision{Next: lifecycle.Failed, Reason: fmt.Errorf(
 				"the ESP's node state record (cluster %s, member %s) disagrees with the data volume's (cluster %s, member %s)",
 				esp.ClusterID, esp.MemberID, data.ClusterID, data.MemberID)}
 		}
-		return Decision{Next: StateRestarting, Record: data}
+		return Decision{Next: lifecycle.Restarting, Record: data}
 	}
 	// A bootstrap or join began but did not finish. The data volume's
 	// record wins: it is written first. A join whose data volume is new
@@ -173,12 +174,12 @@ func decide(esp, data *Record, espDamaged, freshData, joining bool) Decision {
 		r = esp
 	}
 	if r.Phase != PhaseJoining {
-		return Decision{Next: StateCreatingCluster, Record: r}
+		return Decision{Next: lifecycle.CreatingCluster, Record: r}
 	}
 	if data == nil {
-		return Decision{Next: StateFailed, Reason: fmt.Errorf(
+		return Decision{Next: lifecycle.Failed, Reason: fmt.Errorf(
 			"the ESP says this node began joining cluster %s as %s, but its data volume does not: "+
 				"the data volume with the node's key is gone, and the ticket admits only that key", r.Cluster, r.Node)}
 	}
-	return Decision{Next: StateJoining, Record: r}
+	return Decision{Next: lifecycle.Joining, Record: r}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
+	"github.com/borough-os/borough/internal/lifecycle"
 )
 
 // Recovery from a quorum lost for good. When most of a cluster's voters
@@ -74,7 +75,7 @@ func (mg *Manager) Recover() error {
 		return errNotMounted
 	}
 	switch st := mg.life.Status(); {
-	case st.State != StateRestarting && st.State != StateRunning:
+	case st.State != lifecycle.Restarting && st.State != lifecycle.Running:
 		return fmt.Errorf("the node is not a member with its data (state %s)", st.State)
 	}
 	if c := mg.serving.Load(); c != nil && c.HasLeader() {

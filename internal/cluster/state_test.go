@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,41 +15,8 @@ import (
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/espledger"
+	"github.com/borough-os/borough/internal/lifecycle"
 )
-
-func TestTransitions(t *testing.T) {
-	var buf bytes.Buffer
-	m := &Lifecycle{state: StateNew, log: slog.New(console.NewHandler(&buf))}
-	m.to(StateCreatingCluster)
-	m.to(StateRunning)
-	for _, want := range []string{"borough: state New -> CreatingCluster", "borough: state CreatingCluster -> Running"} {
-		if !strings.Contains(buf.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, buf.String())
-		}
-	}
-	for _, tc := range []struct{ from, to State }{
-		{StateRunning, StateCreatingCluster}, {StateNew, StateRunning}, {StateFailed, StateRunning}, {StateRunning, StateJoining},
-	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s -> %s was allowed", tc.from, tc.to)
-				}
-			}()
-			(&Lifecycle{state: tc.from, log: slog.New(console.NewHandler(&buf))}).to(tc.to)
-		}()
-	}
-	buf.Reset()
-	m = &Lifecycle{state: StateNew, log: slog.New(console.NewHandler(&buf))}
-	m.Fail(os.ErrPermission)
-	if m.state != StateFailed || !strings.Contains(buf.String(), "state New -> Failed") ||
-		!strings.Contains(buf.String(), "borough: node failed: permission denied") {
-		t.Errorf("Fail logged:\n%s", buf.String())
-	}
-	if st := m.Status(); st.State != StateFailed || st.Failure != "permission denied" {
-		t.Errorf("Status after Fail = %+v", st)
-	}
-}
 
 func TestDecide(t *testing.T) {
 	member := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
@@ -62,29 +28,29 @@ func TestDecide(t *testing.T) {
 		name       string
 		esp, data  *Record
 		joining    bool
-		want       State
+		want       lifecycle.State
 		wantRecord *Record
 		wantReason string
 	}{
-		{"fresh", nil, nil, false, StateCreatingCluster, nil, ""},
-		{"fresh, joining", nil, nil, true, StateJoining, nil, ""},
-		{"crashed join", joiningRec, joiningRec, true, StateJoining, joiningRec, ""},
-		{"crashed join, data record only", nil, joiningRec, true, StateJoining, joiningRec, ""},
-		{"crashed join, data volume lost", joiningRec, nil, true, StateFailed, nil, "data volume with the node's key is gone"},
-		{"joined, ESP behind", joiningRec, member, true, StateRestarting, member, ""},
-		{"member, told to join", member, member, true, StateRestarting, member, ""},
-		{"removed", removed, removed, false, StateFailed, nil, "removed from cluster prod"},
-		{"removed, ESP record only", removed, member, false, StateFailed, nil, "removed from cluster prod"},
-		{"removed, told to join", removed, removed, true, StateFailed, nil, "removed from cluster prod"},
-		{"member", member, member, false, StateRestarting, member, ""},
-		{"ESP record lost", nil, member, false, StateRestarting, member, ""},
-		{"data not this node's", member, nil, false, StateFailed, nil, "not this node's"},
-		{"records disagree", member, other, false, StateFailed, nil, "disagrees"},
-		{"crashed bootstrap", booting, booting, false, StateCreatingCluster, booting, ""},
-		{"crashed bootstrap, data record only", nil, booting, false, StateCreatingCluster, booting, ""},
-		{"crashed bootstrap, ESP record only", booting, nil, false, StateCreatingCluster, booting, ""},
-		{"ESP behind data", booting, member, false, StateRestarting, member, ""},
-		{"data rolled back to a bootstrap", member, booting, false, StateFailed, nil, "rolled back"},
+		{"fresh", nil, nil, false, lifecycle.CreatingCluster, nil, ""},
+		{"fresh, joining", nil, nil, true, lifecycle.Joining, nil, ""},
+		{"crashed join", joiningRec, joiningRec, true, lifecycle.Joining, joiningRec, ""},
+		{"crashed join, data record only", nil, joiningRec, true, lifecycle.Joining, joiningRec, ""},
+		{"crashed join, data volume lost", joiningRec, nil, true, lifecycle.Failed, nil, "data volume with the node's key is gone"},
+		{"joined, ESP behind", joiningRec, member, true, lifecycle.Restarting, member, ""},
+		{"member, told to join", member, member, true, lifecycle.Restarting, member, ""},
+		{"removed", removed, removed, false, lifecycle.Failed, nil, "removed from cluster prod"},
+		{"removed, ESP record only", removed, member, false, lifecycle.Failed, nil, "removed from cluster prod"},
+		{"removed, told to join", removed, removed, true, lifecycle.Failed, nil, "removed from cluster prod"},
+		{"member", member, member, false, lifecycle.Restarting, member, ""},
+		{"ESP record lost", nil, member, false, lifecycle.Restarting, member, ""},
+		{"data not this node's", member, nil, false, lifecycle.Failed, nil, "not this node's"},
+		{"records disagree", member, other, false, lifecycle.Failed, nil, "disagrees"},
+		{"crashed bootstrap", booting, booting, false, lifecycle.CreatingCluster, booting, ""},
+		{"crashed bootstrap, data record only", nil, booting, false, lifecycle.CreatingCluster, booting, ""},
+		{"crashed bootstrap, ESP record only", booting, nil, false, lifecycle.CreatingCluster, booting, ""},
+		{"ESP behind data", booting, member, false, lifecycle.Restarting, member, ""},
+		{"data rolled back to a bootstrap", member, booting, false, lifecycle.Failed, nil, "rolled back"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decide(tc.esp, tc.data, false, false, tc.joining)
@@ -107,12 +73,12 @@ func TestDecideDamagedESP(t *testing.T) {
 		name    string
 		data    *Record
 		joining bool
-		want    State
+		want    lifecycle.State
 	}{
-		{"member", member, false, StateRestarting},
-		{"crashed bootstrap", booting, false, StateCreatingCluster},
-		{"no data record", nil, false, StateFailed},
-		{"no data record, joining", nil, true, StateFailed},
+		{"member", member, false, lifecycle.Restarting},
+		{"crashed bootstrap", booting, false, lifecycle.CreatingCluster},
+		{"no data record", nil, false, lifecycle.Failed},
+		{"no data record, joining", nil, true, lifecycle.Failed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if d := decide(nil, tc.data, true, false, tc.joining); d.Next != tc.want {
@@ -194,7 +160,7 @@ func TestAlone(t *testing.T) {
 			dir := t.TempDir()
 			log := slog.New(console.NewHandler(io.Discard))
 			mg := New(log, Config{DataRoot: filepath.Join(dir, "data"), ESPRoot: filepath.Join(dir, "esp"),
-				Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"))}, NewLifecycle(log))
+				Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"))}, lifecycle.Start(log))
 			mg.retimed = tc.retimed
 			if tc.directory != nil {
 				d := &directory{Cluster: "prod", Members: map[string][]string{}}

@@ -11,11 +11,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/lifecycle"
 )
 
 // started records the node's names and its member's client for Healthy.
 func (mg *Manager) started(rec *Record, c *clientv3.Client) {
-	mg.life.named(rec.Cluster, rec.Node)
+	mg.life.Named(rec.Cluster, rec.Node)
 	mg.clientMu.Lock()
 	defer mg.clientMu.Unlock()
 	mg.client = c
@@ -40,9 +41,9 @@ func (mg *Manager) Healthy(ctx context.Context) error {
 	if mg == nil {
 		return errNotMounted
 	}
-	state, _ := mg.life.current()
+	state := mg.life.Status().State
 	c := mg.Client()
-	if state != StateRunning || c == nil {
+	if state != lifecycle.Running || c == nil {
 		return fmt.Errorf("the node is %s, not Running", state)
 	}
 	if _, err := c.Get(ctx, keyspace.Cluster); err != nil {

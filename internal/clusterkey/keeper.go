@@ -25,6 +25,7 @@ import (
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/seals"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/tpm"
@@ -245,7 +246,7 @@ func (k *Keeper) startResponder() {
 		Identity: *k.id, Log: k.Log.With("service", "unlock-responder")}
 	k.responding = true
 	k.responder <- s
-	k.Log.Info("answering share requests", "port", unlock.Port)
+	k.Log.Info("answering share requests", "port", ports.Unlock)
 }
 
 // New implements storage.ClusterKeys: a new CUK starts sealed on the ESP.
@@ -456,7 +457,7 @@ func Responders(members map[string][]string) map[string]string {
 	for name, urls := range members {
 		for _, u := range urls {
 			if pu, err := url.Parse(u); err == nil && pu.Hostname() != "" {
-				out[name] = net.JoinHostPort(pu.Hostname(), strconv.Itoa(unlock.Port))
+				out[name] = net.JoinHostPort(pu.Hostname(), strconv.Itoa(ports.Unlock))
 				break
 			}
 		}

@@ -21,12 +21,13 @@ import (
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/keyfile"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/unlock"
 )
 
 // peer is a cluster member at 127.0.0.20+i with its identity and escrow
-// key; its responder listens on unlock.Port there, as the member
+// key; its responder listens on ports.Unlock there, as the member
 // directory's peer URLs say.
 type peer struct {
 	name       string
@@ -69,7 +70,7 @@ func newPeers(t *testing.T, n int) []*peer {
 // serve starts p's responder until stopped.
 func (p *peer) serve(t *testing.T) {
 	t.Helper()
-	addr := net.JoinHostPort(p.ip.String(), fmt.Sprint(unlock.Port))
+	addr := net.JoinHostPort(p.ip.String(), fmt.Sprint(ports.Unlock))
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("the responder of %s: %v (this test needs 127.0.0.21-25 on loopback)", p.name, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/unlock"
 )
 
@@ -49,7 +50,7 @@ func TestResponderOutlivesTheMember(t *testing.T) {
 	endMember()
 	<-member.Done()
 
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(unlock.Port))
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports.Unlock))
 	if name := handshake(t, addr, node, 10*time.Second); name != "node-0a1b2c3d" {
 		t.Errorf("the responder presents %q, want node-0a1b2c3d", name)
 	}

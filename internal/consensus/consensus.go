@@ -96,16 +96,8 @@ import (
 
 	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/internal/clientport"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/space"
-)
-
-// Ports of every member. HTTPPort is etcd's HTTP endpoints (health,
-// version, its own metrics), which nothing outside the node needs, on the
-// loopback only.
-const (
-	ClientPort = 2379
-	PeerPort   = 2380
-	HTTPPort   = 2381
 )
 
 // MaxLearners is how many learners the cluster allows at once.
@@ -154,7 +146,7 @@ type Config struct {
 	IP netip.Addr
 	// ListenIP is the address etcd listens on; zero means every address
 	// (remote clients may come through another link than peers) and the
-	// loopback for HTTPPort.
+	// loopback for ports.EtcdHTTP.
 	ListenIP netip.Addr
 	// Mode says how the member starts.
 	Mode Mode
@@ -213,7 +205,7 @@ type Consensus struct {
 
 // peerURL is the URL the member advertises to its peers.
 func (c Config) peerURL() url.URL {
-	return url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, PeerPort).String()}
+	return url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, ports.Peer).String()}
 }
 
 // PeerURL is the URL the member advertises to its peers.
@@ -227,9 +219,9 @@ func (c Config) embed(b space.Budget, grpcServer chan<- *grpc.Server) *embed.Con
 	ec.Name = c.Name
 	ec.Dir = c.DataDir
 	peer := c.peerURL()
-	client := url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, ClientPort).String()}
+	client := url.URL{Scheme: "https", Host: netip.AddrPortFrom(c.IP, ports.Client).String()}
 	listen, httpHost := c.listen()
-	ec.ListenPeerUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(listen, strconv.Itoa(PeerPort))}}
+	ec.ListenPeerUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(listen, strconv.Itoa(ports.Peer))}}
 	ec.AdvertisePeerUrls = []url.URL{peer}
 	// etcd's own client listener is on the loopback, at a port the
 	// kernel picks: the client port is the node's (internal/clientport),
@@ -240,7 +232,7 @@ func (c Config) embed(b space.Budget, grpcServer chan<- *grpc.Server) *embed.Con
 	// (grpc.Server.ServeHTTP), which costs more per request
 	// (docs/decisions.md, "gRPC on a port of its own").
 	ec.ListenClientUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(httpHost, "0")}}
-	ec.ListenClientHttpUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(httpHost, strconv.Itoa(HTTPPort))}}
+	ec.ListenClientHttpUrls = []url.URL{{Scheme: "https", Host: net.JoinHostPort(httpHost, strconv.Itoa(ports.EtcdHTTP))}}
 	ec.AdvertiseClientUrls = []url.URL{client}
 	ec.InitialCluster = c.initialCluster(peer.String())
 	ec.InitialClusterToken = c.Cluster
@@ -286,7 +278,7 @@ func (c Config) embed(b space.Budget, grpcServer chan<- *grpc.Server) *embed.Con
 }
 
 // listen are the addresses the member listens on: the peer and client
-// ports', and the loopback's (etcd's own client listener, HTTPPort).
+// ports', and the loopback's (etcd's own client listener, ports.EtcdHTTP).
 func (c Config) listen() (ports, loopback string) {
 	if c.ListenIP.IsValid() {
 		return c.ListenIP.String(), c.ListenIP.String()
@@ -362,7 +354,7 @@ func Start(ctx context.Context, cfg Config) (_ *Consensus, err error) {
 		return nil, err
 	}
 	listen, _ := cfg.listen()
-	port, err := clientport.Listen(net.JoinHostPort(listen, strconv.Itoa(ClientPort)))
+	port, err := clientport.Listen(net.JoinHostPort(listen, strconv.Itoa(ports.Client)))
 	if err != nil {
 		return nil, err
 	}

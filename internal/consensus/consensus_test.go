@@ -23,6 +23,7 @@ import (
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/proto/authoritypb"
 )
 
@@ -80,11 +81,11 @@ func TestConsensus(t *testing.T) {
 		}
 	}
 
-	// etcd's HTTP health check is served on HTTPPort, on the member's
+	// etcd's HTTP health check is served on ports.EtcdHTTP, on the member's
 	// listening address (the loopback on a node), without the HTTP/JSON
 	// API, which is the client port's (jsonapi_test.go) beside gRPC.
 	web := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(owner)}}
-	httpURL := "https://" + net.JoinHostPort("127.0.0.9", strconv.Itoa(HTTPPort))
+	httpURL := "https://" + net.JoinHostPort("127.0.0.9", strconv.Itoa(ports.EtcdHTTP))
 	for _, req := range []struct {
 		method, url string
 		want        int

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/ports"
 )
 
 // Restore makes cfg's data directory, which must not exist yet, from the
@@ -42,7 +43,7 @@ func Restore(cfg Config, path string) error {
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("removing an earlier restore's leftovers: %w", err)
 	}
-	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(cfg.IP, PeerPort).String()}
+	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(cfg.IP, ports.Peer).String()}
 	err := snapshot.NewV3(zapLogger(cfg.Log.With("service", "etcd"), zapcore.InfoLevel)).Restore(snapshot.RestoreConfig{
 		SnapshotPath:        path,
 		Name:                cfg.Name,

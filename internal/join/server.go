@@ -28,13 +28,11 @@ import (
 	"github.com/borough-os/borough/internal/httpsserve"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/joinpb"
 )
-
-// Port is the join endpoint's TCP port on every member.
-const Port = ticket.EndpointPort
 
 // Paths of the endpoint.
 const (
@@ -58,7 +56,7 @@ type Server struct {
 	PKI consensus.Files
 	Log *slog.Logger
 	// Addr is the address to listen on; empty means every address, on
-	// Port.
+	// ports.Join.
 	Addr string
 }
 
@@ -83,7 +81,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// A source's connections past its budget are closed before their
 	// handshake (limitConns), its requests before they reach etcd.
-	l, err := e.Listen(s.Addr, Port)
+	l, err := e.Listen(s.Addr, ports.Join)
 	if err != nil {
 		return err
 	}
@@ -367,7 +365,7 @@ func (s *Server) join(ctx context.Context, from netip.Addr, req *joinpb.JoinRequ
 	if err != nil {
 		return nil, refuse("%v", err)
 	}
-	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(from, consensus.PeerPort).String()}
+	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(from, ports.Peer).String()}
 	var id uint64
 	if known != nil {
 		id = known.ID

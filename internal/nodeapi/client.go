@@ -288,9 +288,15 @@ func (c *Client) Recover(ctx context.Context) error {
 	return c.unary(ctx, pathRecover, &nodepb.RecoverRequest{}, &nodepb.RecoverResponse{})
 }
 
-// Network sends the node network settings to try at a reboot it starts.
-func (c *Client) Network(ctx context.Context, n *enrolmentpb.Network) error {
-	return c.unary(ctx, pathNetwork, &nodepb.NetworkRequest{Network: n}, &nodepb.NetworkResponse{})
+// Network sends the node network settings to try at a reboot it starts,
+// and returns how long the trial boot has to reach the cluster before the
+// node goes back to the settings it had.
+func (c *Client) Network(ctx context.Context, n *enrolmentpb.Network) (time.Duration, error) {
+	var resp nodepb.NetworkResponse
+	if err := c.unary(ctx, pathNetwork, &nodepb.NetworkRequest{Network: n}, &resp); err != nil {
+		return 0, err
+	}
+	return time.Duration(resp.GetWindowSeconds()) * time.Second, nil
 }
 
 // Enrol sends a node that has no data volume an enrolment config, which

@@ -43,12 +43,10 @@ import (
 	"github.com/borough-os/borough/internal/logtree"
 	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/nodepb"
 )
-
-// Port is the node API's TCP port.
-const Port = 7835
 
 // Paths of the requests.
 const (
@@ -126,6 +124,9 @@ type Server struct {
 	// the reboot the API then asks for (package netconfig), or says why
 	// it will not.
 	Network func(*enrolmentpb.Network) error
+	// NetworkWindow is how long a trial boot of new network settings has
+	// to reach the cluster, which the API tells the owner.
+	NetworkWindow time.Duration
 	// Enrol, if set, writes an enrolment config for the node's next boot
 	// (a node without a data volume), or says why it will not; the API
 	// then asks for a reboot.
@@ -142,7 +143,7 @@ type Server struct {
 	Metrics http.Handler
 	Log     *slog.Logger
 	// Addr is the address to listen on; empty means every address, on
-	// Port.
+	// ports.NodeAPI.
 	Addr string
 
 	ownOnce sync.Once
@@ -152,7 +153,7 @@ type Server struct {
 
 // Run serves until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	return s.endpoint().ListenAndServe(ctx, s.Addr, Port)
+	return s.endpoint().ListenAndServe(ctx, s.Addr, ports.NodeAPI)
 }
 
 // Serve serves on l until ctx ends.
@@ -464,7 +465,7 @@ func (s *Server) network(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Log.Info("the owner sent network settings: rebooting to try them")
-	s.replyThenPower(w, &nodepb.NetworkResponse{}, nodepb.PowerRequest_ACTION_REBOOT)
+	s.replyThenPower(w, &nodepb.NetworkResponse{WindowSeconds: uint32(s.NetworkWindow / time.Second)}, nodepb.PowerRequest_ACTION_REBOOT)
 }
 
 // enrol has a node without a data volume take an enrolment config at a

@@ -19,7 +19,7 @@ import (
 )
 
 // running is the state a node API reports for a node that serves its
-// cluster (cluster.StateRunning, which the owner's side does not import).
+// cluster (lifecycle.Running, which the owner's side does not import).
 const running = "Running"
 
 // minVoters is the smallest cluster that keeps quorum while one voter is

@@ -51,10 +51,6 @@ import (
 // Version is the ticket format this node reads and writes.
 const Version = 1
 
-// EndpointPort is the TCP port of every member's join endpoint (package
-// join serves it).
-const EndpointPort = 7834
-
 // DefaultTTL is how long a ticket admits a node unless told otherwise.
 const DefaultTTL = time.Hour
 

@@ -34,9 +34,6 @@ import (
 	"github.com/borough-os/borough/internal/pki"
 )
 
-// Port is the TCP port of every node's unlock responder.
-const Port = 7836
-
 // Identity is a node's TLS identity in the cluster, and what it checks
 // others against.
 type Identity struct {

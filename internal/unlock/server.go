@@ -18,6 +18,7 @@ import (
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/httpsserve"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/proto/unlockpb"
 )
 
@@ -36,13 +37,13 @@ type Server struct {
 	Identity  Identity
 	Log       *slog.Logger
 	// Addr is the address to listen on; empty means every address, on
-	// Port.
+	// ports.Unlock.
 	Addr string
 }
 
 // Run serves on Addr until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	return s.endpoint().ListenAndServe(ctx, s.Addr, Port)
+	return s.endpoint().ListenAndServe(ctx, s.Addr, ports.Unlock)
 }
 
 // Serve serves on l until ctx ends.

@@ -41,9 +41,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/admin"
-	"github.com/borough-os/borough/internal/consensus"
-	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/qemu"
 )
@@ -250,8 +249,8 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 	n := &Node{Index: i, ClientPort: port, PeerPort: peer, APIPort: api, LAN: LANAddr(i)}
 	n.opts = qemu.Options{
 		Image: disk, StateDir: filepath.Join(dir, "vm"), TPM: c.opts.TPM, MemoryMiB: c.opts.MemoryMiB,
-		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: consensus.ClientPort}, {Host: peer, Guest: consensus.PeerPort},
-			{Host: api, Guest: nodeapi.Port}},
+		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: ports.Client}, {Host: peer, Guest: ports.Peer},
+			{Host: api, Guest: ports.NodeAPI}},
 		LAN:  &qemu.LAN{Hub: c.Hub.Path(), MAC: n.MAC()},
 		Logf: c.nodeLogf(i), VolatileCache: c.opts.VolatileCache, Control: c.opts.Control,
 	}
