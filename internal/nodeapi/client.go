@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -30,7 +31,10 @@ import (
 )
 
 // Client calls one node's API as its owner (or, for Metrics, as a
-// metrics credential).
+// metrics credential). Its fields are read at its first call, which
+// connects; later calls reuse the connection (one handshake for a
+// dashboard's many calls), so a client's fields are not changed once it is
+// used.
 type Client struct {
 	// Addr is the node API's "host:port".
 	Addr  string
@@ -49,6 +53,10 @@ type Client struct {
 	// what a failed node says, and sends it nothing secret (Enrol and
 	// Restore refuse).
 	Unverified bool
+
+	transportOnce sync.Once
+	transport     *http.Transport
+	transportErr  error
 }
 
 // errUnverified refuses to send a secret to a node nobody checked.
@@ -62,7 +70,20 @@ const (
 	updateTimeout  = 5 * time.Minute
 )
 
+// http returns an HTTP client of timeout over the client's one transport.
 func (c *Client) http(timeout time.Duration) (*http.Client, error) {
+	c.transportOnce.Do(func() {
+		conf, err := c.tlsConfig()
+		c.transport, c.transportErr = &http.Transport{TLSClientConfig: conf}, err
+	})
+	if c.transportErr != nil {
+		return nil, c.transportErr
+	}
+	return &http.Client{Timeout: timeout, Transport: c.transport}, nil
+}
+
+// tlsConfig is how the client proves it is the owner and checks the node.
+func (c *Client) tlsConfig() (*tls.Config, error) {
 	conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{c.Owner}}
 	switch {
 	case c.CA != nil:
@@ -81,7 +102,7 @@ func (c *Client) http(timeout time.Duration) (*http.Client, error) {
 	default:
 		return nil, errors.New("nodeapi: a client needs the cluster CA, the node's key or Unverified")
 	}
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: conf}}, nil
+	return conf, nil
 }
 
 // checkNodeKey checks that the node presents the key NodeKey names.

@@ -40,6 +40,22 @@ type node struct {
 	forged, unadmitted atomic.Bool
 	// handedOver makes the node's owner another, as after a hand-over.
 	handedOver atomic.Bool
+	// accepted counts the connections the node accepted.
+	accepted atomic.Int32
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int32
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 // admission is the owner's admission of cert's key as node name.
@@ -141,7 +157,7 @@ func startNode(t testing.TB, identity bool) *node {
 	n.addr = l.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, l) }()
+	go func() { done <- s.Serve(ctx, countingListener{l, &n.accepted}) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -151,6 +167,21 @@ func startNode(t testing.TB, identity bool) *node {
 
 func (n *node) client(kp tls.Certificate) *Client {
 	return &Client{Addr: n.addr, Owner: kp, CA: n.ca.Cert}
+}
+
+// TestOneConnection checks that a client's calls share one connection, so
+// that a dashboard polling a node shakes hands once.
+func TestOneConnection(t *testing.T) {
+	n := startNode(t, true)
+	c := n.client(n.owner)
+	for range 3 {
+		if _, err := c.Info(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.accepted.Load(); got != 1 {
+		t.Errorf("three calls made %d connections, want 1", got)
+	}
 }
 
 func TestAccess(t *testing.T) {
