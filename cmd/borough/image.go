@@ -90,6 +90,9 @@ func buildImage(cmd *cobra.Command, f imageBuildFlags) error {
 		}
 	}
 
+	if err := os.MkdirAll(f.outDir, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
 	payloadPath := filepath.Join(f.outDir, payloadFile)
 	done := step("node payload %s", payloadPath)
 	node, tree, err := writePayload(payloadPath, epoch, initramfs.Params{

@@ -1,6 +1,11 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 func TestParseSize(t *testing.T) {
 	for _, tc := range []struct {
@@ -38,5 +43,20 @@ func TestParseForward(t *testing.T) {
 		if (err == nil) != tc.ok || (tc.ok && (got.Host != tc.h || got.Guest != tc.g)) {
 			t.Errorf("parseForward(%q) = %+v, %v", tc.in, got, err)
 		}
+	}
+}
+
+// TestImageBuildMakesOut builds an image (of stand-in binaries) into a
+// directory that does not exist yet: build makes it, as a user who names
+// a new directory expects.
+func TestImageBuildMakesOut(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "new", "dir")
+	var log strings.Builder
+	if err := run([]string{"image", "build", "--kernel", "/bin/true", "--init", "/bin/true", "--node", "/bin/true",
+		"--out", out, "--size", "600MiB"}, &log, &log); err != nil {
+		t.Fatalf("image build --out %s: %v\n%s", out, err, log.String())
+	}
+	if _, err := os.Stat(filepath.Join(out, imageFile)); err != nil {
+		t.Error(err)
 	}
 }
