@@ -105,6 +105,7 @@ func (m *multi) coldRestart(t *testing.T) {
 		contains(t, "the old owner on a locked node's API", cliFails(t, "--config", m.oldOwner, "node", "info", nodes[0].API(),
 			"--fingerprint", m.c.Fingerprint), "tls")
 	}
+	powerWhileLocked(t, m, nodes[0])
 	contains(t, "node unlock", cli(t, "--config", m.config, "node", "unlock", nodes[0].API(), "--fingerprint", m.c.Fingerprint),
 		"its cluster unlock key: it opens its data volume")
 	expect(t, nodes[0].VM, bootTimeout, "the owner sent the cluster unlock key")
@@ -121,6 +122,28 @@ func (m *multi) coldRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.checkWrites(t, nodes[2], acked, "after the cold restart")
+}
+
+// powerWhileLocked checks that n, waiting for its unlock key, obeys the
+// power requests a machine gets: Ctrl-Alt-Del (SIGINT to process 1)
+// reboots it, its power button powers it off; it then boots again into
+// the same wait.
+func powerWhileLocked(t *testing.T, m *multi, n *multinode.Node) {
+	t.Helper()
+	const waiting = "borough: unlock: warning: waiting for unlock: 0 of 1 shares"
+	if err := n.VM.CtrlAltDel(); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, n.VM, stepTimeout, "Ctrl-Alt-Del: rebooting", "stopping bring-up")
+	expect(t, n.VM, bootTimeout, waiting)
+	if err := n.VM.PowerOff(powerTimeout); err != nil {
+		t.Fatalf("the power button of a node waiting for its unlock key: %v", err)
+	}
+	expect(t, n.VM, time.Second, "power button pressed: powering off", "stopping bring-up")
+	if err := m.c.Restart(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, n.VM, bootTimeout, waiting)
 }
 
 // spentTicket checks that n's ESP holds no ticket secret: the member

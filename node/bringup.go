@@ -63,10 +63,12 @@ type brought struct {
 // join ticket with the cluster, mounts the data volume, and returns the
 // node's services. A bad enrolment config, network or ticket puts the
 // node in Failed before the data partition is touched. An error is
-// fatal.
-func bringUp(b bootEnv) (brought, error) {
+// fatal. ctx is the node's: it ends bring-up's waits at a power request,
+// and the services bring-up starts on the way (the network trial's watch,
+// the unlock responder) with the node.
+func bringUp(ctx context.Context, b bootEnv) (brought, error) {
 	life := lifecycle.Start(b.log)
-	out, err := bringUpWith(b, life)
+	out, err := bringUpWith(ctx, b, life)
 	if err == nil && out.failure != nil {
 		life.Fail(out.failure)
 	}
@@ -76,14 +78,13 @@ func bringUp(b bootEnv) (brought, error) {
 // bringUpWith is bringUp with the node's lifecycle, which its node API
 // reads from the start and the cluster manager moves once the data volume
 // is mounted.
-func bringUpWith(b bootEnv, life *lifecycle.Lifecycle) (brought, error) {
+func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (brought, error) {
 	log, params, st, t, hw, tl := b.log, b.params, b.st, b.tpm, b.hw, b.timeline
 	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {
 		return brought{failure: err}, nil
 	}
 	logEnrolment(log, enrol)
-	ctx := context.Background()
 	policy, book, ledger, err := openSeals(log, t, enrol, b.updates)
 	if err != nil {
 		return brought{}, err
@@ -143,7 +144,7 @@ func bringUpWith(b bootEnv, life *lifecycle.Lifecycle) (brought, error) {
 		}
 	}
 	locked.Store(keys)
-	if enrol, err = mountData(b, enrol, policy, book, ledger, keys); err != nil {
+	if enrol, err = mountData(ctx, b, enrol, policy, book, ledger, keys); err != nil {
 		return brought{}, err
 	}
 	mounted.Store(true)
@@ -179,10 +180,10 @@ func bringUpWith(b bootEnv, life *lifecycle.Lifecycle) (brought, error) {
 // enrolment config the volume confirms, which the node runs from. It
 // checks the ESP ledger's key against the volume, and settles keys an
 // update or a crash left sealed twice.
-func mountData(b bootEnv, enrol *enrolment.Enrolment, policy keyfile.TPMPolicy, book *seals.Book,
+func mountData(ctx context.Context, b bootEnv, enrol *enrolment.Enrolment, policy keyfile.TPMPolicy, book *seals.Book,
 	ledger *espledger.Ledger, keys *clusterkey.Keeper) (*enrolment.Enrolment, error) {
 	log := b.log
-	if err := b.st.MountData(storage.Config{
+	if err := b.st.MountData(ctx, storage.Config{
 		TPM:         b.tpm,
 		Seals:       book,
 		Policy:      policy,

@@ -5,12 +5,15 @@
 // collector off until the node runs (internal/bootgc). It opens every
 // console for the log, which it also keeps in a log tree for the owner's
 // node API (and, once the data volume is mounted, in a journal of the last
-// boots); reads the kernel command line once; mounts the ESP and the
-// encrypted data volume (internal/storage); reads the enrolment config;
-// brings up the network; and runs the node's services, the cluster manager
-// among them, under a supervisor until a service fails fatally or a
-// power-off or reboot is requested (power button, the node API, SIGTERM,
-// or Ctrl-Alt-Del as SIGINT, forwarded by process 1). It then stops the
+// boots); reads the kernel command line once; opens the ESP and the TPM;
+// starts its supervisor tree with the power button and the signals; then
+// brings the node up (the enrolment config, the network, the encrypted
+// data volume: internal/storage) and adds the node's services, the
+// cluster manager among them, to the tree, which runs until a service
+// fails fatally or a power-off or reboot is requested (power button, the
+// node API, SIGTERM, or Ctrl-Alt-Del as SIGINT, forwarded by process 1).
+// A request during bring-up ends its waits (a node waiting for its
+// unlock key powers off when its button is pressed). It then stops the
 // services, unmounts storage, syncs, and exits with the code that tells
 // process 1 what to do. Which boot slot it runs, and whether this boot is
 // an update's try boot, is internal/updater's.
@@ -111,10 +114,16 @@ func node() int {
 		}
 	}
 	seedEntropy(log.With(console.ServiceKey, "entropy"), t, tl)
-	requests := make(chan int, 1)
-	up, err := bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
-		updates: updates, requests: requests})
-	if err == nil && up.reset {
+	sv := supervise(log)
+	defer sv.cancel()
+	up, err := sv.bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
+		updates: updates, requests: sv.requests})
+	var stop *stopped
+	switch {
+	case errors.As(err, &stop):
+		return closeAndExit(log, st, stop.code)
+	case err == nil && up.reset:
+		sv.stop(log)
 		if err := reset.Erase(log.With(console.ServiceKey, "reset"), st.Disk.Data, storage.ESPRoot, t); err != nil {
 			return fatal(log, err)
 		}
@@ -124,7 +133,10 @@ func node() int {
 	if err := errors.Join(err, capPCRs(log, t)); err != nil {
 		return fatal(log, err)
 	}
-	return closeAndExit(log, st, run(log, params, st, requests, append(up.services, lg.kernel())))
+	sv.Add(testHooks(params, st)...)
+	sv.Add(up.services...)
+	sv.Add(lg.kernel())
+	return closeAndExit(log, st, sv.run(log))
 }
 
 // closeAndExit unmounts storage, syncs and returns code for process 1.
@@ -219,31 +231,89 @@ func reportHardware(log *slog.Logger) hardware.Report {
 	return r
 }
 
-// run supervises the node's services (with the power button and test
-// hooks) and returns the exit code for process 1 once they have stopped.
-func run(log *slog.Logger, params cmdline.Params, st *storage.Storage, requests chan int, node []supervisor.Service) int {
+// tree is the node's supervisor tree, started before bring-up with the
+// power button and the signals, so that a power request ends any wait of
+// bring-up's (for the network, for the cluster unlock key) as it ends the
+// running node. requests takes them all, the node API's too.
+type tree struct {
+	*supervisor.Tree
+	requests chan int
+	ctx      context.Context
+	cancel   context.CancelFunc
+	// result is the tree's Run's, once it has stopped.
+	result chan error
+}
+
+// supervise starts the node's supervisor tree with the power button, and
+// watches the signals.
+func supervise(log *slog.Logger) *tree {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go watchSignals(log, requests)
+	sv := &tree{Tree: supervisor.New(log, supervisor.Options{}), requests: make(chan int, 1),
+		ctx: ctx, cancel: cancel, result: make(chan error, 1)}
+	go watchSignals(log, sv.requests)
+	sv.Add(powerButton(sv.requests))
+	go func() { sv.result <- sv.Run(ctx) }()
+	return sv
+}
 
-	services := []supervisor.Service{powerButton(requests)}
-	services = append(services, testHooks(params, st)...)
-	services = append(services, node...)
-	result := make(chan error, 1)
-	go func() { result <- supervisor.Run(ctx, log, supervisor.Options{}, services...) }()
+// stopped says a power request, or a service's fatal failure, came before
+// bring-up was done; code is the exit code for process 1.
+type stopped struct{ code int }
 
+func (s *stopped) Error() string {
+	return fmt.Sprintf("stopped during bring-up (exit code %d)", s.code)
+}
+
+// bringUp runs bringUp under the tree's context. A power request or a
+// fatal service that comes first stops bring-up's waits, and bringUp
+// returns a *stopped error.
+func (sv *tree) bringUp(b bootEnv) (brought, error) {
+	type result struct {
+		up  brought
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		up, err := bringUp(sv.ctx, b)
+		done <- result{up, err}
+	}()
 	select {
-	case err := <-result:
-		return fatal(log, err)
-	case code := <-requests:
-		log.Info("stopping services")
-		cancel()
+	case r := <-done:
+		return r.up, r.err
+	case err := <-sv.result:
+		return brought{}, &stopped{code: fatal(b.log, err)}
+	case code := <-sv.requests:
+		b.log.Info("stopping bring-up")
+		sv.stop(b.log)
 		select {
-		case <-result:
+		case <-done:
 		case <-time.After(stopTimeout):
-			log.Warn("services did not stop in time", "timeout", stopTimeout)
+			b.log.Warn("bring-up did not stop in time", "timeout", stopTimeout)
 		}
+		return brought{}, &stopped{code: code}
+	}
+}
+
+// run waits until a service fails fatally or a power request comes, and
+// returns the exit code for process 1 once the services have stopped.
+func (sv *tree) run(log *slog.Logger) int {
+	select {
+	case err := <-sv.result:
+		return fatal(log, err)
+	case code := <-sv.requests:
+		log.Info("stopping services")
+		sv.stop(log)
 		return code
+	}
+}
+
+// stop stops the tree's services, waiting up to stopTimeout.
+func (sv *tree) stop(log *slog.Logger) {
+	sv.cancel()
+	select {
+	case <-sv.result:
+	case <-time.After(stopTimeout):
+		log.Warn("services did not stop in time", "timeout", stopTimeout)
 	}
 }
 

@@ -66,7 +66,7 @@ func TestReadRecord(t *testing.T) {
 func TestGetWithoutKey(t *testing.T) {
 	root := t.TempDir()
 	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root)}
-	if _, err := k.Get(); err == nil || !strings.Contains(err.Error(), "neither sealed on the ESP") {
+	if _, err := k.Get(t.Context()); err == nil || !strings.Contains(err.Error(), "neither sealed on the ESP") {
 		t.Errorf("Get = %v, want an error naming both places", err)
 	}
 }

@@ -266,9 +266,9 @@ func (k *Keeper) New() ([]byte, error) {
 // A sealed CUK from an earlier epoch is a copy put back from before the
 // cluster took the key (or one a crash left after the epoch moved on): it
 // is erased, and the node asks its peers, as it would have without it.
-func (k *Keeper) Get() ([]byte, error) {
+func (k *Keeper) Get(ctx context.Context) ([]byte, error) {
 	if _, err := os.Stat(esp.ClusterKeyEscrow.In(k.ESPRoot)); err == nil {
-		cuk, err := k.Local.Get()
+		cuk, err := k.Local.Get(ctx)
 		if err == nil {
 			k.remember(cuk)
 			return cuk, nil
@@ -298,7 +298,7 @@ func (k *Keeper) Get() ([]byte, error) {
 	}
 	k.sayIfMoved(addrs)
 	k.Log.Info("asking peers for the cluster unlock key", "needed", e.K, "holders", len(e.Envelopes))
-	cuk, err := k.await(e, addrs)
+	cuk, err := k.await(ctx, e, addrs)
 	if err != nil {
 		return nil, err
 	}

@@ -115,10 +115,10 @@ func (k *Keeper) Unlock(sealed []byte) error {
 }
 
 // await waits for the CUK from the peers in addrs, or from the owner,
-// running WhileLocked meanwhile.
-func (k *Keeper) await(e *escrow.Escrow, addrs map[string]string) ([]byte, error) {
+// running WhileLocked meanwhile, until ctx ends.
+func (k *Keeper) await(ctx context.Context, e *escrow.Escrow, addrs map[string]string) ([]byte, error) {
 	w := k.openToOwner()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -145,12 +145,18 @@ func (k *Keeper) await(e *escrow.Escrow, addrs map[string]string) ([]byte, error
 	}()
 	select {
 	case r := <-peers:
+		if r.err != nil && ctx.Err() != nil {
+			// Fetch ended because the wait was stopped.
+			return nil, fmt.Errorf("stopped waiting for the cluster unlock key: %w", ctx.Err())
+		}
 		return r.cuk, r.err
 	case cuk := <-w.cuk:
 		k.Log.Info("the owner sent the cluster unlock key (borough node unlock); it matches this node's record")
 		return cuk, nil
 	case <-k.GiveUp:
 		return nil, errors.New("gave up waiting for the cluster unlock key: the network on trial does not reach the peers")
+	case <-ctx.Done():
+		return nil, fmt.Errorf("stopped waiting for the cluster unlock key: %w", ctx.Err())
 	}
 }
 

@@ -58,12 +58,18 @@ func TestOwnerUnlock(t *testing.T) {
 			k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Log: slog.New(slog.DiscardHandler),
 				id: &self.id, WhileLocked: func(ctx context.Context) { served <- ctx; <-ctx.Done() }}
 			got := make(chan []byte, 1)
+			getErr := make(chan error, 1)
+			waitCtx, stopWaiting := context.WithCancel(t.Context())
 			go func() {
-				c, err := k.Get()
-				if err != nil {
+				c, err := k.Get(waitCtx)
+				getErr <- err
+				got <- c
+			}()
+			defer func() {
+				stopWaiting()
+				if err := <-getErr; err != nil && !errors.Is(err, context.Canceled) {
 					t.Error(err)
 				}
-				got <- c
 			}()
 			ctx := <-served
 			_, _, err = k.Locked()
@@ -171,28 +177,51 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// TestGiveUp: a boot that gives up on its network (package netconfig)
-// ends the wait for the CUK with an error, and the wait's service.
+// TestGiveUp: a boot that gives up on its network (package netconfig),
+// or a power request (Get's context ending), ends the wait for the CUK
+// with an error saying which, and the wait's service.
 func TestGiveUp(t *testing.T) {
-	peers := newPeers(t, 3)
-	self := peers[0]
-	root := lockedESP(t, self, peers[1:], bytes.Repeat([]byte{0xc5}, 32))
-	giveUp := make(chan struct{})
-	k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Log: slog.New(slog.DiscardHandler),
-		id: &self.id, GiveUp: giveUp}
-	done := make(chan error, 1)
-	go func() {
-		_, err := k.Get()
-		done <- err
-	}()
-	close(giveUp)
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "gave up") {
-			t.Errorf("Get = %v, want an error saying it gave up", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Get still waits 10 s after GiveUp closed")
+	for _, tc := range []struct {
+		name string
+		stop func(giveUp chan struct{}, cancel context.CancelFunc)
+		want string
+	}{
+		{"network on trial", func(giveUp chan struct{}, _ context.CancelFunc) { close(giveUp) }, "gave up"},
+		{"power request", func(_ chan struct{}, cancel context.CancelFunc) { cancel() }, "stopped waiting for the cluster unlock key: context canceled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peers := newPeers(t, 3)
+			self := peers[0]
+			root := lockedESP(t, self, peers[1:], bytes.Repeat([]byte{0xc5}, 32))
+			giveUp := make(chan struct{})
+			served := make(chan struct{})
+			k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Log: slog.New(slog.DiscardHandler),
+				id: &self.id, GiveUp: giveUp, WhileLocked: func(ctx context.Context) {
+					<-ctx.Done()
+					close(served)
+				}}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := k.Get(ctx)
+				done <- err
+			}()
+			tc.stop(giveUp, cancel)
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Get = %v, want an error saying %q", err, tc.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Get still waits 10 s after it was stopped")
+			}
+			select {
+			case <-served:
+			default:
+				t.Error("the wait's service still runs after Get returned")
+			}
+		})
 	}
 }
 

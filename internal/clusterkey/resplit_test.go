@@ -239,7 +239,7 @@ func bootGet(t *testing.T, root string, local storage.Escrow, self *peer, others
 	done := make(chan struct{})
 	var got []byte
 	var err error
-	go func() { got, err = boot.Get(); close(done) }()
+	go func() { got, err = boot.Get(t.Context()); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):

@@ -43,7 +43,7 @@ func TestOldSealedKeyPutBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := k.Get(); err != nil || !bytes.Equal(got, cuk) {
+	if got, err := k.Get(t.Context()); err != nil || !bytes.Equal(got, cuk) {
 		t.Fatalf("Get with the sealed key in place = %x, %v", got, err)
 	}
 	// The cluster takes the key: the escrow is written, the sealed key
@@ -64,7 +64,7 @@ func TestOldSealedKeyPutBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, log := boot()
-	got, err := k.Get()
+	got, err := k.Get(t.Context())
 	if err == nil || bytes.Equal(got, cuk) || !strings.Contains(err.Error(), "the cluster holds this node's unlock key") {
 		t.Errorf("Get with an old sealed key put back = %x, %v; want the peers asked", got, err)
 	}

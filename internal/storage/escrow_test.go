@@ -33,7 +33,7 @@ func TestEscrow(t *testing.T) {
 			if tc.tpm {
 				e.k.tpm = openSim(t, 1).tpm
 			}
-			if key, err := e.Get(); err == nil {
+			if key, err := e.Get(t.Context()); err == nil {
 				t.Fatalf("Get before New = %x, want an error", key)
 			} else if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), string(esp.ClusterKeyEscrow)) {
 				t.Errorf("Get before New: error %q, want one naming %s and wrapping %v", err, esp.ClusterKeyEscrow, fs.ErrNotExist)
@@ -58,7 +58,7 @@ func TestEscrow(t *testing.T) {
 				t.Errorf("escrow file not at EFI/Borough/cluster-key.sealed: %v", err)
 			}
 			for range 2 {
-				got, err := e.Get()
+				got, err := e.Get(t.Context())
 				if err != nil {
 					t.Fatalf("Get: %v", err)
 				}

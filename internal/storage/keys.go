@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -169,8 +170,9 @@ type ClusterKeys interface {
 	// New returns a new CUK and makes sure it can be had again with Get
 	// (durably) before returning.
 	New() ([]byte, error)
-	// Get returns the CUK made by New.
-	Get() ([]byte, error)
+	// Get returns the CUK made by New, waiting for it until ctx ends if
+	// others hold it.
+	Get(ctx context.Context) ([]byte, error)
 }
 
 // Escrow keeps the CUK on the ESP (esp.ClusterKeyEscrow), sealed exactly
@@ -207,6 +209,6 @@ func (e Escrow) New() ([]byte, error) {
 }
 
 // Get implements ClusterKeys.
-func (e Escrow) Get() ([]byte, error) {
+func (e Escrow) Get(context.Context) ([]byte, error) {
 	return e.k.load(esp.ClusterKeyEscrow)
 }

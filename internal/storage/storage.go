@@ -41,6 +41,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -144,8 +145,9 @@ func (s *Storage) Fresh() bool {
 }
 
 // MountData unlocks (or on first boot creates) the data volume and mounts
-// it at DataRoot.
-func (s *Storage) MountData(cfg Config) error {
+// it at DataRoot. ctx ends a wait for the cluster unlock key (a power
+// request while the node waits for its peers or its owner).
+func (s *Storage) MountData(ctx context.Context, cfg Config) error {
 	if cfg.Pause == nil {
 		cfg.Pause = func(string) {}
 	}
@@ -171,7 +173,7 @@ func (s *Storage) MountData(cfg Config) error {
 		s.FirstBoot = true
 		err = s.create(cfg, k, s.state)
 	case crypt.StateFormatted:
-		err = s.unlock(cfg, k, s.header)
+		err = s.unlock(ctx, cfg, k, s.header)
 	case crypt.StateForeign:
 		err = fmt.Errorf("data partition %s holds data that is not a Borough volume; refusing to format it. "+
 			"If it may be erased, zero its first 2 MiB (dd if=/dev/zero of=PARTITION bs=1M count=2) and boot again", s.Disk.Data)
@@ -264,7 +266,7 @@ func (s *Storage) create(cfg Config, k keyFiles, state crypt.State) (err error) 
 }
 
 // unlock opens and mounts the existing data volume.
-func (s *Storage) unlock(cfg Config, k keyFiles, header *crypt.Header) (err error) {
+func (s *Storage) unlock(ctx context.Context, cfg Config, k keyFiles, header *crypt.Header) (err error) {
 	start := time.Now()
 	luk, err := k.load(esp.SealedLocalKey)
 	if err != nil {
@@ -279,7 +281,7 @@ func (s *Storage) unlock(cfg Config, k keyFiles, header *crypt.Header) (err erro
 	if cfg.LocalKey != nil {
 		cfg.LocalKey(luk)
 	}
-	cuk, err := cfg.ClusterKeys.Get()
+	cuk, err := cfg.ClusterKeys.Get(ctx)
 	if err != nil {
 		return explainKeyError("cluster unlock key", err)
 	}

@@ -96,19 +96,35 @@ func (s service) Serve(ctx context.Context) error {
 	}
 }
 
-// Run runs services until ctx is cancelled or one of them fails fatally.
-// It returns the fatal error, or nil after a cancellation, once every
-// service has returned (or suture's stop timeout has passed).
-func Run(ctx context.Context, log *slog.Logger, opts Options, services ...Service) error {
-	root := suture.New("node", suture.Spec{
+// Tree is a supervisor that services can be added to while it runs: the
+// node starts it first, with the power button, and adds its services as
+// bring-up makes them.
+type Tree struct {
+	root *suture.Supervisor
+	log  *slog.Logger
+}
+
+// New returns a tree that logs to log.
+func New(log *slog.Logger, opts Options) *Tree {
+	return &Tree{log: log, root: suture.New("node", suture.Spec{
 		EventHook:        eventHook(log),
 		FailureBackoff:   opts.FailureBackoff,
 		FailureThreshold: opts.FailureThreshold,
-	})
+	})}
+}
+
+// Add adds services to the tree, which starts them at once if it runs.
+func (t *Tree) Add(services ...Service) {
 	for _, s := range services {
-		root.Add(service{Service: s, log: log.With(console.ServiceKey, s.Name)})
+		t.root.Add(service{Service: s, log: t.log.With(console.ServiceKey, s.Name)})
 	}
-	err := root.Serve(ctx)
+}
+
+// Run runs the tree's services until ctx is cancelled or one of them
+// fails fatally. It returns the fatal error, or nil after a cancellation,
+// once every service has returned (or suture's stop timeout has passed).
+func (t *Tree) Run(ctx context.Context) error {
+	err := t.root.Serve(ctx)
 	if IsFatal(err) {
 		return err
 	}
@@ -116,6 +132,13 @@ func Run(ctx context.Context, log *slog.Logger, opts Options, services ...Servic
 		return fmt.Errorf("supervisor stopped: %w", err)
 	}
 	return nil
+}
+
+// Run runs services in a new tree, as Tree.Run.
+func Run(ctx context.Context, log *slog.Logger, opts Options, services ...Service) error {
+	t := New(log, opts)
+	t.Add(services...)
+	return t.Run(ctx)
 }
 
 // eventHook logs what suture reports. Plain failures are already logged by

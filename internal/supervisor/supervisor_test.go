@@ -106,3 +106,43 @@ func TestRun(t *testing.T) {
 		})
 	}
 }
+
+// TestAddWhileRunning: a service added to a running tree starts at once,
+// runs beside the first, and stops with the tree.
+func TestAddWhileRunning(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	tree := New(log, Options{})
+	started := make(chan string, 2)
+	stopped := make(chan string, 2)
+	svc := func(name string) Service {
+		return Service{Name: name, Run: func(ctx context.Context) error {
+			started <- name
+			<-ctx.Done()
+			stopped <- name
+			return ctx.Err()
+		}}
+	}
+	tree.Add(svc("first"))
+	ctx, cancel := context.WithCancel(t.Context())
+	result := make(chan error, 1)
+	go func() { result <- tree.Run(ctx) }()
+	if got := <-started; got != "first" {
+		t.Fatalf("started %q first", got)
+	}
+	tree.Add(svc("added"))
+	select {
+	case got := <-started:
+		if got != "added" {
+			t.Fatalf("started %q, want the added service", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service added to a running tree did not start")
+	}
+	cancel()
+	if err := <-result; err != nil {
+		t.Errorf("Run after a cancellation = %v", err)
+	}
+	if len(stopped) != 2 {
+		t.Errorf("%d of 2 services stopped with the tree", len(stopped))
+	}
+}
