@@ -79,6 +79,8 @@ func node() int {
 	}
 	addTestParams(log, params)
 	log.Info("node process started")
+	sv := supervise(log)
+	defer sv.cancel()
 	tl, err := timeline.Load(timeline.File)
 	if err != nil {
 		log.Warn("the boot timeline will have the node's phases only", "err", err)
@@ -114,8 +116,6 @@ func node() int {
 		}
 	}
 	seedEntropy(log.With(console.ServiceKey, "entropy"), t, tl)
-	sv := supervise(log)
-	defer sv.cancel()
 	up, err := sv.bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
 		updates: updates, requests: sv.requests})
 	var stop *stopped
