@@ -40,7 +40,7 @@ func TestBoot(t *testing.T) {
 			}
 			expect(t, vm, bootTimeout, "borough: init started")
 			expect(t, vm, stepTimeout, "borough: disk name="+tc.device+" driver="+tc.driver+" size=1.0GiB",
-				"borough: power: watching power button")
+				ready)
 			expect(t, vm, stepTimeout, "borough: orphan-test: orphan reaped pid=")
 			if tc.silence {
 				expectBlockedTasks(t, vm)
@@ -50,7 +50,7 @@ func TestBoot(t *testing.T) {
 					t.Fatal(err)
 				}
 				expect(t, vm, stepTimeout, "borough: Ctrl-Alt-Del: rebooting", "borough: rebooting")
-				expect(t, vm, bootTimeout, "borough: init started", "borough: power: watching power button")
+				expect(t, vm, bootTimeout, "borough: init started", ready)
 			}
 			if err := vm.PowerOff(powerTimeout); err != nil {
 				t.Fatal(err)

@@ -90,7 +90,7 @@ func TestStorageControllers(t *testing.T) {
 		disks = append(disks, qemu.ControllerDisk{Controller: controller, Image: path})
 	}
 	vm := boot(t, qemu.Options{Image: nodeImage(t, cmdline.PoweroffOnFatal), ControllerDisks: disks})
-	expect(t, vm, bootTimeout, "borough: power: watching power button")
+	expect(t, vm, bootTimeout, ready)
 	report := grepConsole(vm.Console(), "borough: disk name=")
 	if unbound := grepConsole(vm.Console(), "no driver for"); unbound != "" {
 		t.Errorf("the hardware report names controllers without a driver:\n%s", unbound)

@@ -132,7 +132,7 @@ func (m *multi) resetMember(t *testing.T) {
 	// touches the data partition, and the cluster refuses it.
 	expect(t, j.VM, bootTimeout, "borough: reset: zeroed the data volume's header",
 		"borough: reset: the node is erased; rebooting into its first boot", "borough: node failed:",
-		"borough: power: watching power button")
+		ready)
 	// The failed node leaves its data partition alone: it is read as it
 	// runs.
 	luk, cuk, err := old.Open(m.owner(t).PrivateKey.(*ecdsa.PrivateKey))

@@ -26,7 +26,9 @@ import (
 const (
 	created  = "borough: storage: data volume created and mounted"
 	unlocked = "borough: storage: data volume unlocked and mounted"
-	ready    = "borough: power: watching power button"
+	// ready: bring-up is over (the node is up, or failed and serves its
+	// node API) and the node's services run.
+	ready = "borough: node services started"
 )
 
 // marker is written to /data on first boot; it must never appear in the

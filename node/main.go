@@ -133,9 +133,9 @@ func node() int {
 	if err := errors.Join(err, capPCRs(log, t)); err != nil {
 		return fatal(log, err)
 	}
-	sv.Add(testHooks(params, st)...)
-	sv.Add(up.services...)
-	sv.Add(lg.kernel())
+	services := append(testHooks(params, st), up.services...)
+	sv.Add(append(services, lg.kernel())...)
+	log.Info("node services started", "services", len(services)+1)
 	return closeAndExit(log, st, sv.run(log))
 }
 
