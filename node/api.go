@@ -62,7 +62,7 @@ type apiParts struct {
 	fresh bool
 	// mounted says the data volume is mounted, once it is.
 	mounted *atomic.Bool
-	about   about
+	about   nodeFacts
 	// ledger writes the reset mark.
 	ledger *espledger.Ledger
 }
@@ -187,15 +187,15 @@ func logNodeKey(s *nodeapi.Server) {
 	s.Log.Info("until it has a cluster, the node API presents this node's own key", "node_key", fp)
 }
 
-// about is what the node API says of the node besides its state.
-type about struct {
+// nodeFacts is what the node API says of the node besides its state.
+type nodeFacts struct {
 	hw       hardware.Report
 	timeline *timeline.Timeline
 	tpm      bool
 	updates  *updater.Updater
 }
 
-func (a about) info(st lifecycle.Status, enrolled string) *nodepb.Info {
+func (a nodeFacts) info(st lifecycle.Status, enrolled string) *nodepb.Info {
 	cl := st.Cluster
 	if cl == "" {
 		cl = enrolled

@@ -46,8 +46,9 @@ type bootEnv struct {
 	requests chan<- int
 }
 
-// brought is what a bring-up that was not fatal leaves the node to run.
-type brought struct {
+// bringUpResult is what a bring-up that was not fatal leaves the node to
+// run.
+type bringUpResult struct {
 	// services are the node's services: all of them once it is up; the
 	// network and the node API after a failure with the network up, so
 	// that the owner can read why; none after a failure before it.
@@ -66,7 +67,7 @@ type brought struct {
 // fatal. ctx is the node's: it ends bring-up's waits at a power request,
 // and the services bring-up starts on the way (the network trial's watch,
 // the unlock responder) with the node.
-func bringUp(ctx context.Context, b bootEnv) (brought, error) {
+func bringUp(ctx context.Context, b bootEnv) (bringUpResult, error) {
 	life := lifecycle.Start(b.log)
 	out, err := bringUpWith(ctx, b, life)
 	if err == nil && out.failure != nil {
@@ -78,31 +79,31 @@ func bringUp(ctx context.Context, b bootEnv) (brought, error) {
 // bringUpWith is bringUp with the node's lifecycle, which its node API
 // reads from the start and the cluster manager moves once the data volume
 // is mounted.
-func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (brought, error) {
+func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bringUpResult, error) {
 	log, params, st, t, hw, tl := b.log, b.params, b.st, b.tpm, b.hw, b.timeline
 	enrol, err := enrolment.Load(log, storage.ESPRoot, st.Fresh())
 	if err != nil {
-		return brought{failure: err}, nil
+		return bringUpResult{failure: err}, nil
 	}
 	logEnrolment(log, enrol)
 	policy, book, ledger, err := openSeals(log, t, enrol, b.updates)
 	if err != nil {
-		return brought{}, err
+		return bringUpResult{}, err
 	}
 	if requested, err := reset.Requested(ledger, storage.ESPRoot); err != nil {
 		log.Error("reset: " + err.Error() + ": only the node writes its reset mark, when its owner asks (borough node reset)")
 	} else if requested {
-		return brought{reset: true}, nil
+		return bringUpResult{reset: true}, nil
 	}
 	settings, err := netconfig.Load(log.With(console.ServiceKey, "network"), ledger, enrol)
 	if err != nil {
-		return brought{}, err
+		return bringUpResult{}, err
 	}
 	net, err := network.Up(ctx, log.With(console.ServiceKey, "network"), settings.Interfaces,
 		&network.Leases{Path: esp.DHCPLeases.In(storage.ESPRoot)})
 	if err != nil {
 		rollBackIfTrial(log, settings, b.requests)
-		return brought{failure: fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw))}, nil
+		return bringUpResult{failure: fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw))}, nil
 	}
 	tl.Mark(timeline.Network)
 	var mgr atomic.Pointer[cluster.Manager]
@@ -114,11 +115,11 @@ func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bro
 	var mounted atomic.Bool
 	current.Store(enrol)
 	api := apiService(apiParts{current: &current, keys: &locked, life: life, mgr: &mgr, logs: b.logs, requests: b.requests, ledger: ledger,
-		about:   about{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates},
+		about:   nodeFacts{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates},
 		network: settings.Propose, fresh: st.Fresh(), mounted: &mounted})
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}, api}
 	if enrol.AwaitsConfig {
-		return brought{services: failed, failure: errors.New("reset by its owner, " + enrol.OwnerName() +
+		return bringUpResult{services: failed, failure: errors.New("reset by its owner, " + enrol.OwnerName() +
 			": waiting for an enrolment config (borough node enrol, or in fw_cfg or on the ESP)")}, nil
 	}
 	ntpServers := settings.NTPServers
@@ -129,11 +130,11 @@ func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bro
 	timesync.Once(log.With(console.ServiceKey, "time"), ntpServers)
 	if st.Fresh() {
 		if err := enrol.CheckClock(time.Now()); err != nil {
-			return brought{services: failed, failure: fmt.Errorf("enrolment config from %s: %w", enrol.Source, err)}, nil
+			return bringUpResult{services: failed, failure: fmt.Errorf("enrolment config from %s: %w", enrol.Source, err)}, nil
 		}
 	}
 	if err := cluster.Preflight(ctx, log, storage.ESPRoot, enrol); err != nil {
-		return brought{services: failed, failure: err}, nil
+		return bringUpResult{services: failed, failure: err}, nil
 	}
 	keys := clusterKeys(ctx, log, book, ledger, policy, net.IP)
 	keys.GiveUp = settings.Expired()
@@ -145,7 +146,7 @@ func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bro
 	}
 	locked.Store(keys)
 	if enrol, err = mountData(ctx, b, enrol, policy, book, ledger, keys); err != nil {
-		return brought{}, err
+		return bringUpResult{}, err
 	}
 	mounted.Store(true)
 	current.Store(enrol)
@@ -172,7 +173,7 @@ func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bro
 	if confirm := b.updates.ConfirmService(m); confirm != nil {
 		services = append(services, *confirm)
 	}
-	return brought{services: services}, nil
+	return bringUpResult{services: services}, nil
 }
 
 // mountData unlocks the data volume with the keys book unseals under

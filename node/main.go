@@ -267,9 +267,9 @@ func (s *stopped) Error() string {
 // bringUp runs bringUp under the tree's context. A power request or a
 // fatal service that comes first stops bring-up's waits, and bringUp
 // returns a *stopped error.
-func (sv *tree) bringUp(b bootEnv) (brought, error) {
+func (sv *tree) bringUp(b bootEnv) (bringUpResult, error) {
 	type result struct {
-		up  brought
+		up  bringUpResult
 		err error
 	}
 	done := make(chan result, 1)
@@ -281,7 +281,7 @@ func (sv *tree) bringUp(b bootEnv) (brought, error) {
 	case r := <-done:
 		return r.up, r.err
 	case err := <-sv.result:
-		return brought{}, &stopped{code: fatal(b.log, err)}
+		return bringUpResult{}, &stopped{code: fatal(b.log, err)}
 	case code := <-sv.requests:
 		b.log.Info("stopping bring-up")
 		sv.stop(b.log)
@@ -290,7 +290,7 @@ func (sv *tree) bringUp(b bootEnv) (brought, error) {
 		case <-time.After(stopTimeout):
 			b.log.Warn("bring-up did not stop in time", "timeout", stopTimeout)
 		}
-		return brought{}, &stopped{code: code}
+		return bringUpResult{}, &stopped{code: code}
 	}
 }
 

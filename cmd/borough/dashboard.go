@@ -24,7 +24,7 @@ import (
 // (differences of etcd's own counters between two looks), the leader
 // changes it has seen, and the last lines of its log. On a terminal it is
 // a full-screen view (bubbletea) that redraws at each look; elsewhere
-// (a pipe, a CI log) it prints each look as plain lines.
+// (a pipe, a CI log) it prints each sample as plain lines.
 
 // logLines is how many of each member's last log lines the dashboard shows.
 const logLines = 3
@@ -39,9 +39,9 @@ func dashboardCommand() *cobra.Command {
 		Short: "A live view of the cluster at ENDPOINTS (client ports): health, write rate and latency, leader changes and logs of every member",
 		Long: `dashboard looks at the cluster every --interval and shows every member:
 its health (as borough health), its write rate (puts and deletes a second),
-its WAL fsync latency (the mean since the last look), the leader changes it
+its WAL fsync latency (the mean since the last sample), the leader changes it
 has seen, and its last log lines. On a terminal it redraws in place (q
-quits); otherwise it prints each look as plain lines, --count looks in all
+quits); otherwise it prints each sample as plain lines, --count looks in all
 (0: until interrupted).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -50,7 +50,7 @@ quits); otherwise it prints each look as plain lines, --count looks in all
 				return err
 			}
 			if interval < 100*time.Millisecond {
-				return fmt.Errorf("--interval %v: look at most ten times a second", interval)
+				return fmt.Errorf("--interval %v: sample at most ten times a second", interval)
 			}
 			s, err := openSession(strings.Split(args[0], ","), fingerprint, given)
 			if err != nil {
@@ -72,8 +72,8 @@ quits); otherwise it prints each look as plain lines, --count looks in all
 	return c
 }
 
-// look is what the dashboard saw once.
-type look struct {
+// sample is what the dashboard saw once.
+type sample struct {
 	at     time.Time
 	health *clusterHealth
 	err    error
@@ -89,10 +89,10 @@ type watcher struct {
 	since map[string]int64
 }
 
-func (w *watcher) look(ctx context.Context, timeout time.Duration) look {
+func (w *watcher) look(ctx context.Context, timeout time.Duration) sample {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	l := look{at: time.Now(), counters: map[string]map[string]float64{}, logs: map[string][]string{}}
+	l := sample{at: time.Now(), counters: map[string]map[string]float64{}, logs: map[string][]string{}}
 	l.health, l.err = w.s.health(ctx, defaultClockOffset)
 	if l.err != nil {
 		return l
@@ -141,8 +141,8 @@ func counters(families map[string]*dto.MetricFamily) map[string]float64 {
 	return out
 }
 
-// render draws cur, with rates against prev (nil for the first look).
-func render(out io.Writer, prev *look, cur look) {
+// render draws cur, with rates against prev (nil for the first sample).
+func render(out io.Writer, prev *sample, cur sample) {
 	fmt.Fprintf(out, "borough dashboard, %s\n", cur.at.Format("15:04:05"))
 	if cur.err != nil {
 		fmt.Fprintf(out, "the cluster does not answer: %v\n", cur.err)
@@ -186,7 +186,7 @@ func render(out io.Writer, prev *look, cur look) {
 func (w *watcher) plain(out io.Writer, interval time.Duration, count int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	var prev *look
+	var prev *sample
 	for i := 0; count == 0 || i < count; i++ {
 		if i > 0 {
 			select {
@@ -209,14 +209,14 @@ func (w *watcher) plain(out io.Writer, interval time.Duration, count int) error 
 type dashboard struct {
 	w        *watcher
 	interval time.Duration
-	prev     *look
-	cur      *look
+	prev     *sample
+	cur      *sample
 }
 
-type lookMsg look
+type sampleMsg sample
 
 func (d *dashboard) take() tea.Cmd {
-	return func() tea.Msg { return lookMsg(d.w.look(context.Background(), max(d.interval, 10*time.Second))) }
+	return func() tea.Msg { return sampleMsg(d.w.look(context.Background(), max(d.interval, 10*time.Second))) }
 }
 
 func (d *dashboard) Init() tea.Cmd { return d.take() }
@@ -227,8 +227,8 @@ func (d *dashboard) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if s := msg.String(); s == "q" || s == "ctrl+c" || s == "esc" {
 			return d, tea.Quit
 		}
-	case lookMsg:
-		l := look(msg)
+	case sampleMsg:
+		l := sample(msg)
 		d.prev, d.cur = d.cur, &l
 		return d, tea.Tick(d.interval, func(time.Time) tea.Msg { return d.take()() })
 	}

@@ -21,19 +21,19 @@ func TestRender(t *testing.T) {
 			"etcd_disk_wal_fsync_duration_seconds_count": fsyncs, "etcd_disk_wal_fsync_duration_seconds_sum": fsyncSum,
 		}}
 	}
-	first := look{at: at, health: health, counters: counters(100, 10, 0.1), logs: map[string][]string{"node-a": {"a line"}}}
-	second := look{at: at.Add(2 * time.Second), health: health, counters: counters(140, 30, 0.5)}
+	first := sample{at: at, health: health, counters: counters(100, 10, 0.1), logs: map[string][]string{"node-a": {"a line"}}}
+	second := sample{at: at.Add(2 * time.Second), health: health, counters: counters(140, 30, 0.5)}
 	for _, tc := range []struct {
 		name      string
-		prev      *look
-		cur       look
+		prev      *sample
+		cur       sample
 		want, not []string
 	}{
 		{"the first look: no rates yet", nil, first,
 			[]string{"cluster c0ffee: 2 members, healthy", "node-a  voter, leader", "1.1.0 B", "a line", "clock +2.0 s from yours"}, []string{"20.0"}},
 		{"the second: rates since the first", &first, second,
 			[]string{"20.0", "20.0 ms"}, nil},
-		{"a cluster that does not answer", nil, look{at: at, err: errors.New("no quorum")},
+		{"a cluster that does not answer", nil, sample{at: at, err: errors.New("no quorum")},
 			[]string{"the cluster does not answer: no quorum"}, []string{"MEMBER"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,16 +53,16 @@ func TestRender(t *testing.T) {
 	}
 }
 
-// TestDashboardModel: the terminal view shows each look as it comes and
+// TestDashboardModel: the terminal view shows each sample as it comes and
 // quits on q.
 func TestDashboardModel(t *testing.T) {
 	d := &dashboard{interval: time.Second}
 	if !strings.Contains(d.View(), "looking at the cluster") {
 		t.Errorf("before the first look: %q", d.View())
 	}
-	l := look{at: time.Now(), health: &clusterHealth{ClusterID: "c0ffee", Members: []memberHealth{{Name: "node-a"}}}}
-	if _, cmd := d.Update(lookMsg(l)); cmd == nil {
-		t.Error("no next look scheduled")
+	l := sample{at: time.Now(), health: &clusterHealth{ClusterID: "c0ffee", Members: []memberHealth{{Name: "node-a"}}}}
+	if _, cmd := d.Update(sampleMsg(l)); cmd == nil {
+		t.Error("no next sample scheduled")
 	}
 	if !strings.Contains(d.View(), "node-a") || !strings.Contains(d.View(), "q quits") {
 		t.Errorf("after a look: %q", d.View())

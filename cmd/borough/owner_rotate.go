@@ -64,7 +64,7 @@ func ownerRotate(stdout io.Writer, node, fingerprint, name string, wait time.Dur
 	if err != nil {
 		return err
 	}
-	var h admin.Handed
+	var h admin.HandOverResult
 	err = asOwner(node, fingerprint, func(ctx context.Context, c *clientv3.Client) error {
 		return rememberCRL(node, func(remembered []byte) ([]byte, error) {
 			h, err = admin.HandOver(ctx, c, owner, next, remembered)
@@ -137,7 +137,7 @@ func takeNextOwner(stdout io.Writer, next tls.Certificate) error {
 	return nil
 }
 
-func printHandOver(stdout io.Writer, h admin.Handed, next *x509.Certificate) {
+func printHandOver(stdout io.Writer, h admin.HandOverResult, next *x509.Certificate) {
 	fmt.Fprintf(stdout, "handed the cluster over to owner %q (%s), hand-over %d\n", next.Subject.CommonName, pki.Fingerprint(next), h.Number)
 	fmt.Fprintf(stdout, "admissions signed again for: %s\n", strings.Join(h.Admitted, ", "))
 	for _, a := range h.NotAdmitted {

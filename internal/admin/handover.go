@@ -19,8 +19,8 @@ import (
 	"github.com/borough-os/borough/proto/authoritypb"
 )
 
-// Handed says what HandOver did.
-type Handed struct {
+// HandOverResult says what HandOver did.
+type HandOverResult struct {
 	// Number is the hand-over's number in the cluster.
 	Number uint64
 	// Admitted are the nodes whose admissions the next owner signed;
@@ -44,32 +44,32 @@ type Handed struct {
 // it: their configs name owner, and the cluster's members name next.
 // remembered is the last CRL the owner's tool made for the cluster (nil
 // if none).
-func HandOver(ctx context.Context, c *clientv3.Client, owner, next tls.Certificate, remembered []byte) (Handed, error) {
+func HandOver(ctx context.Context, c *clientv3.Client, owner, next tls.Certificate, remembered []byte) (HandOverResult, error) {
 	var err error
 	if owner, err = withLeaf(owner); err != nil {
-		return Handed{}, err
+		return HandOverResult{}, err
 	}
 	if next, err = withLeaf(next); err != nil {
-		return Handed{}, fmt.Errorf("the next owner: %w", err)
+		return HandOverResult{}, fmt.Errorf("the next owner: %w", err)
 	}
 	switch {
 	case owner.Leaf == nil || next.Leaf == nil:
-		return Handed{}, errors.New("a hand-over takes the owner's certificate and the next owner's")
+		return HandOverResult{}, errors.New("a hand-over takes the owner's certificate and the next owner's")
 	case owner.Leaf.Equal(next.Leaf):
-		return Handed{}, fmt.Errorf("the next owner is the owner (%s)", pki.Fingerprint(owner.Leaf))
+		return HandOverResult{}, fmt.Errorf("the next owner is the owner (%s)", pki.Fingerprint(owner.Leaf))
 	}
 	if err := keyspace.RootUser(ctx, c, next.Leaf.Subject.CommonName); err != nil {
-		return Handed{}, fmt.Errorf("the next owner: %w", err)
+		return HandOverResult{}, fmt.Errorf("the next owner: %w", err)
 	}
 	resp, err := c.Txn(ctx).Then(
 		clientv3.OpGet(keyspace.Cluster), clientv3.OpGet(keyspace.Nodes, clientv3.WithPrefix()),
 		clientv3.OpGet(keyspace.CRL), clientv3.OpGet(keyspace.Successions, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
-		return Handed{}, fmt.Errorf("reading the cluster: %w", err)
+		return HandOverResult{}, fmt.Errorf("reading the cluster: %w", err)
 	}
 	cluster := string(keyspace.Value(resp, 0))
-	h := Handed{Number: nextSuccession(resp.Responses[3].GetResponseRange().Kvs)}
+	h := HandOverResult{Number: nextSuccession(resp.Responses[3].GetResponseRange().Kvs)}
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(keyspace.SuccessionKey(h.Number)), "=", 0)}
 	ops, err := h.admissions(resp.Responses[1].GetResponseRange().Kvs, owner, next, cluster, &cmps)
 	if err != nil {
@@ -118,7 +118,7 @@ func nextSuccession(kvs []*mvccpb.KeyValue) uint64 {
 // admissions are the puts that give each node in kvs (keyspace.Nodes) an
 // admission by next, and the comparisons that they rest on, added to
 // cmps; the nodes it gives none are h.NotAdmitted.
-func (h *Handed) admissions(kvs []*mvccpb.KeyValue, owner, next tls.Certificate, cluster string, cmps *[]clientv3.Cmp) ([]clientv3.Op, error) {
+func (h *HandOverResult) admissions(kvs []*mvccpb.KeyValue, owner, next tls.Certificate, cluster string, cmps *[]clientv3.Cmp) ([]clientv3.Op, error) {
 	key, err := ownerSigner(next)
 	if err != nil {
 		return nil, fmt.Errorf("the next owner: %w", err)

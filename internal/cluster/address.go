@@ -64,7 +64,7 @@ func (mg *Manager) reissueIfMoved() (string, error) {
 // announceMove tells the cluster the member's new peer URL and records the
 // new certificate's serial, retrying until it succeeds or ctx ends.
 func (mg *Manager) announceMove(ctx context.Context, c *consensus.Consensus, name, serial string) error {
-	return retry(ctx, mg.log, "telling the cluster the node's new address", never, func() error {
+	return retry(ctx, mg.log, "telling the cluster the node's new address", noneFinal, func() error {
 		if _, err := c.Client.MemberUpdate(ctx, c.MemberID(), []string{c.PeerURL()}); err != nil {
 			return fmt.Errorf("updating the peer URL: %w", err)
 		}
@@ -79,7 +79,7 @@ func (mg *Manager) keepCAKey(ctx context.Context, c *consensus.Consensus) error 
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
-	return retry(ctx, mg.log, "keeping a copy of the cluster CA key", never, func() error {
+	return retry(ctx, mg.log, "keeping a copy of the cluster CA key", noneFinal, func() error {
 		resp, err := c.Client.Get(ctx, keyspace.CAKey, clientv3.WithSerializable())
 		if err != nil {
 			return err

@@ -405,8 +405,8 @@ func (mg *Manager) caFingerprint() string {
 	return pki.Fingerprint(ca)
 }
 
-// never is retry's final for errors that are all worth retrying.
-func never(error) bool { return false }
+// noneFinal is retry's final for errors that are all worth retrying.
+func noneFinal(error) bool { return false }
 
 // retry runs fn until it succeeds, fails for good (final says which), or
 // ctx ends, waiting longer after each failure and logging it.
