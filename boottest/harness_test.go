@@ -4,7 +4,6 @@ package boottest
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/ownerkey"
+	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/internal/uki"
 	"github.com/borough-os/borough/qemu"
 )
@@ -162,17 +162,7 @@ func TestMain(m *testing.M) {
 }
 
 // waitUntil calls f every half second until it returns nil, and returns
-// its last error if timeout passes first.
+// its last error if timeout passes first (package poll).
 func waitUntil(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("still after %v: %w", timeout, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	return poll.Until(context.Background(), timeout, 500*time.Millisecond, f)
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // frame builds a framed Ethernet frame from src to dst.
@@ -94,17 +96,17 @@ func connectedHub(t *testing.T, n int) (*Hub, []net.Conn) {
 		}
 		t.Cleanup(func() { vms[i].Close() })
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	if err := poll.Until(t.Context(), 5*time.Second, 10*time.Millisecond, func() error {
 		h.mu.Lock()
-		ports := len(h.ports)
-		h.mu.Unlock()
-		if ports == n {
-			return h, vms
+		defer h.mu.Unlock()
+		if len(h.ports) != n {
+			return fmt.Errorf("%d of %d VMs connected", len(h.ports), n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d VMs connected", ports, n)
-		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
+	return h, vms
 }
 
 // learnedHub starts a hub with n VMs whose MACs it has learned: VM i

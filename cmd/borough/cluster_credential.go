@@ -19,6 +19,7 @@ import (
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // credentialFlags are the flags of `cluster credential` and its commands.
@@ -139,21 +140,20 @@ func awaitCredential(stdout io.Writer, endpoint, prefix string, cert *pki.Cert, 
 		return err
 	}
 	defer c.Close()
-	deadline := time.Now().Add(wait)
-	for {
+	err = poll.Until(context.Background(), wait, 2*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		_, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		cancel()
-		if err == nil {
-			fmt.Fprintf(stdout, "%s takes the credential\n", endpoint)
-			return nil
+		if err != nil {
+			fmt.Fprintf(stdout, "waiting for %s to take the credential (%v)\n", endpoint, err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s does not take the credential %v after it was minted (its etcd restarts to trust the first credential of its owner): %w", endpoint, wait, err)
-		}
-		fmt.Fprintf(stdout, "waiting for %s to take the credential (%v)\n", endpoint, err)
-		time.Sleep(2 * time.Second)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s does not take the credential after it was minted (its etcd restarts to trust the first credential of its owner): %w", endpoint, err)
 	}
+	fmt.Fprintf(stdout, "%s takes the credential\n", endpoint)
+	return nil
 }
 
 func revokeCredential(stdout io.Writer, name string, f credentialFlags) error {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/poll"
+	"github.com/borough-os/borough/proto/nodepb"
 )
 
 // removedWait bounds the wait for a removed member to say it was removed.
@@ -102,14 +104,18 @@ func leave(ctx context.Context, stdout io.Writer, c *nodeapi.Client, endpoint, n
 	if err := removeNode(stdout, endpoint, name, fingerprint); err != nil {
 		return err
 	}
-	for deadline := time.Now().Add(removedWait); ; time.Sleep(time.Second) {
-		info, err := c.Info(ctx)
-		if err == nil && lifecycle.State(info.GetState()) == lifecycle.Failed {
-			fmt.Fprintf(stdout, "%s left its cluster: %s\n", name, info.GetFailure())
-			return nil
+	var info *nodepb.Info
+	err = poll.Until(ctx, removedWait, time.Second, func() error {
+		var err error
+		info, err = c.Info(ctx)
+		if err == nil && lifecycle.State(info.GetState()) != lifecycle.Failed {
+			err = fmt.Errorf("it is %s", info.GetState())
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s does not say it was removed %v after its removal (last: %v)", name, removedWait, err)
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s does not say it was removed after its removal: %w", name, err)
 	}
+	fmt.Fprintf(stdout, "%s left its cluster: %s\n", name, info.GetFailure())
+	return nil
 }

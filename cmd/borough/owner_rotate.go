@@ -16,6 +16,7 @@ import (
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // The next owner's identity while a rotation is under way: made and kept
@@ -152,25 +153,23 @@ func printHandOver(stdout io.Writer, h admin.HandOverResult, next *x509.Certific
 // awaitOwner waits until node's client port takes the owner the config
 // directory now holds, saying so every 10 s.
 func awaitOwner(stdout io.Writer, node string, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	for said := time.Now(); ; {
+	said := time.Now()
+	err := poll.Until(context.Background(), wait, 2*time.Second, func() error {
 		err := asOwner(node, "", func(ctx context.Context, c *clientv3.Client) error {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			_, err := c.Status(ctx, node)
 			return err
 		})
-		if err == nil {
-			fmt.Fprintf(stdout, "%s takes the new owner on its client port\n", node)
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not take the new owner on its client port within %v (its console says why): %w", node, wait, err)
-		}
-		if time.Since(said) > 10*time.Second {
+		if err != nil && time.Since(said) > 10*time.Second {
 			fmt.Fprintf(stdout, "waiting for %s to restart etcd and take the new owner...\n", node)
 			said = time.Now()
 		}
-		time.Sleep(2 * time.Second)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s did not take the new owner on its client port (its console says why): %w", node, err)
 	}
+	fmt.Fprintf(stdout, "%s takes the new owner on its client port\n", node)
+	return nil
 }

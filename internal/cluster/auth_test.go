@@ -17,6 +17,7 @@ import (
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // appCredential checks that etcd authentication is on, and that a
@@ -24,15 +25,7 @@ import (
 // application's keys, reads and writes those and none of Borough's.
 func appCredential(t *testing.T, ctx context.Context, cl *clientv3.Client, ca *x509.Certificate, owner tls.Certificate) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		st, err := cl.AuthStatus(ctx)
-		if err == nil && st.Enabled {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd authentication is not on a minute after the cluster formed: %v, %v", st, err)
-		}
-	}
+	authOn(t, ctx, cl, time.Minute)
 	if _, err := cl.RoleAdd(ctx, "app"); err != nil {
 		t.Fatal(err)
 	}
@@ -126,4 +119,19 @@ func admitOld(t *testing.T, ctx context.Context, cl *clientv3.Client, owner tls.
 		t.Fatalf("AdmitNodes = %+v, %v; want node %s admitted", got, err, name)
 	}
 	m.admitted(t, ctx, cl, ownerCert)
+}
+
+// authOn waits up to timeout for etcd's authentication to be on, which
+// the member turns on once it runs.
+func authOn(t *testing.T, ctx context.Context, cl *clientv3.Client, timeout time.Duration) {
+	t.Helper()
+	if err := poll.Until(ctx, timeout, 100*time.Millisecond, func() error {
+		st, err := cl.AuthStatus(ctx)
+		if err == nil && !st.Enabled {
+			err = errors.New("authentication off")
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("etcd authentication is not on: %v", err)
+	}
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/lifecycle"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/authoritypb"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -77,12 +78,9 @@ type member struct {
 // wait waits for a line containing s in the member's log.
 func (m *member) wait(t testing.TB, s string) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if strings.Contains(m.log.String(), s) {
-			return
-		}
+	if poll.Until(t.Context(), 2*time.Minute, 50*time.Millisecond, poll.True(func() bool { return strings.Contains(m.log.String(), s) })) != nil {
+		t.Fatalf("member %s did not log %q:\n%s", m.ip, s, m.log.String())
 	}
-	t.Fatalf("member %s did not log %q:\n%s", m.ip, s, m.log.String())
 }
 
 // start runs a member at 127.0.0.n with enrolment e, in dir (a new one
@@ -333,10 +331,8 @@ func promotedThenCut(t *testing.T, ctx context.Context, cl *clientv3.Client, own
 	if err != nil || rec == nil {
 		t.Fatalf("the joining node's record: %v, %v", rec, err)
 	}
-	for deadline := time.Now().Add(time.Minute); !isVoter(t, ctx, cl, rec.MemberID); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("member %s is no voter a minute after it started", rec.MemberID)
-		}
+	if poll.Until(ctx, time.Minute, 200*time.Millisecond, poll.True(func() bool { return isVoter(t, ctx, cl, rec.MemberID) })) != nil {
+		t.Fatalf("member %s is no voter a minute after it started", rec.MemberID)
 	}
 	node.kill()
 	loseUnflushed(t, filepath.Join(dir, "data", "etcd", "member", "snap", "db"), rec.MemberID)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // TestCredentialInProcess mints application credentials on a member with
@@ -34,14 +36,7 @@ func TestCredentialInProcess(t *testing.T) {
 	defer cancel()
 	ownerCert, owner := ownerIdentity(t)
 	m, ca, cl := firstMember(t, ctx, 31, "unit", ownerCert, owner)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if st, err := cl.AuthStatus(ctx); err == nil && st.Enabled {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("etcd authentication is not on 30 s after the member runs")
-		}
-	}
+	authOn(t, ctx, cl, 30*time.Second)
 	now := time.Now()
 	for _, tc := range []struct {
 		name string
@@ -77,10 +72,8 @@ func TestCredentialInProcess(t *testing.T) {
 	}
 	m.wait(t, "the client port trusts the owner's applications CA")
 	app := appClient(t, ca, rw)
-	for deadline := time.Now().Add(60 * time.Second); get(ctx, app, "/app/") != nil; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the credential does not reach the member 60 s after it was minted: %v", get(ctx, app, "/app/"))
-		}
+	if err := poll.Until(ctx, time.Minute, 10*time.Millisecond, func() error { return get(ctx, app, "/app/") }); err != nil {
+		t.Fatalf("the credential does not reach the member after it was minted: %v", err)
 	}
 	ro, _, err := admin.MintCredential(ctx, cl, admin.CredentialParams{Name: "report", Prefix: "/app/", ReadOnly: true, TTL: time.Hour}, owner, now)
 	if err != nil {
@@ -133,15 +126,15 @@ func TestCredentialInProcess(t *testing.T) {
 	if err := get(ctx, app, "/app/x"); err == nil {
 		t.Error("a revoked credential still reads on its open connection")
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		// etcd checks its CRL once the handshake is done, and hangs up.
+	// etcd checks its CRL once the handshake is done, and hangs up.
+	if err := poll.Until(ctx, 30*time.Second, 250*time.Millisecond, func() error {
 		err := handshake(rw, ca, "127.0.0.31:2379")
 		if errors.Is(err, io.EOF) || err != nil && strings.Contains(err.Error(), "remote error: tls") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a new connection with a revoked credential is not refused at its handshake 30 s after: %v", err)
-		}
+		return fmt.Errorf("the handshake: %v", err)
+	}); err != nil {
+		t.Fatalf("a new connection with a revoked credential is not refused at its handshake: %v", err)
 	}
 	if err := get(ctx, report, "/app/x"); err != nil {
 		t.Errorf("revoking billing ended report too: %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/internal/ticket"
 )
 
@@ -64,13 +65,11 @@ func handOver(t *testing.T, ctx context.Context, a *member, ca *x509.Certificate
 	if b, err := os.ReadFile(f.Admission()); err != nil || ticket.CheckAdmission(b, next.Leaf, "unit", name, keyHashOf(t, f.Cert())) != nil {
 		t.Errorf("the node's own admission is not the new owner's (%v)", err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if crl, err := os.ReadFile(f.CRL()); err == nil && bytes.Equal(crl, h.CRL) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the CRL in force is not the one with the new owner's revocations 30 s after etcd restarted")
-		}
+	if poll.Until(ctx, 30*time.Second, 100*time.Millisecond, poll.True(func() bool {
+		crl, err := os.ReadFile(f.CRL())
+		return err == nil && bytes.Equal(crl, h.CRL)
+	})) != nil {
+		t.Fatal("the CRL in force is not the one with the new owner's revocations 30 s after etcd restarted")
 	}
 	if oc, err := admin.Connect([]string{"127.0.0.1:2379"}, ca, owner); err == nil {
 		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)

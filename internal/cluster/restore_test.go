@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/borough-os/borough/internal/join"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -119,14 +121,13 @@ func TestRestoreInProcess(t *testing.T) {
 	// The join endpoint starts beside the member: until it listens, the
 	// check finds nobody.
 	var refusal *join.Refusal
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		err := join.Check(ctx, replay)
-		if errors.As(err, &refusal) {
-			break
+	if err := poll.Until(ctx, 30*time.Second, 100*time.Millisecond, func() error {
+		if err := join.Check(ctx, replay); !errors.As(err, &refusal) {
+			return fmt.Errorf("join.Check = %v, want a refusal", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a ticket of the backed-up cluster at the restored one: %v, want a refusal", err)
-		}
+		return nil
+	}); err != nil {
+		t.Fatalf("a ticket of the backed-up cluster at the restored one: %v", err)
 	}
 	// The old node is void; the owner revokes it (borough node restore
 	// --cluster), after which the restored cluster tells it, with the
@@ -147,14 +148,14 @@ func TestRestoreInProcess(t *testing.T) {
 	}
 	// The member puts the new CRL in force within seconds of its write
 	// (its CRL watcher), and answers by the one in force.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	if err := poll.Until(ctx, 30*time.Second, 200*time.Millisecond, func() error {
 		removed, err := join.Status(ctx, []string{"127.0.0.12:7834"}, readCA(t, n), ownerCert, oldCert)
-		if removed && err == nil {
-			break
+		if err == nil && !removed {
+			err = errors.New("not removed")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the old node's status at the restored cluster 30 s after its revocation = %v, %v; want removed", removed, err)
-		}
+		return err
+	}); err != nil {
+		t.Fatalf("the old node's status at the restored cluster after its revocation: %v; want removed", err)
 	}
 	tk, err := admin.MintTicket(ctx, rc, admin.TicketParams{}, owner)
 	if err != nil {

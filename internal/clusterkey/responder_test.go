@@ -13,6 +13,7 @@ import (
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/unlock"
 )
@@ -55,15 +56,14 @@ func TestResponderOutlivesTheMember(t *testing.T) {
 		t.Errorf("the responder presents %q, want node-0a1b2c3d", name)
 	}
 	endBoot()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	if poll.Until(t.Context(), 10*time.Second, 50*time.Millisecond, poll.True(func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			break
+		if err == nil {
+			c.Close()
 		}
-		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("the responder still listens 10 s after the boot's context ended")
-		}
+		return err != nil
+	})) != nil {
+		t.Fatal("the responder still listens 10 s after the boot's context ended")
 	}
 }
 
@@ -76,14 +76,16 @@ func handshake(t *testing.T, addr string, client *pki.Cert, timeout time.Duratio
 		InsecureSkipVerify: true,
 		Certificates:       []tls.Certificate{{Certificate: [][]byte{client.Cert.Raw}, PrivateKey: client.Key}},
 	}
-	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+	var name string
+	if err := poll.Until(t.Context(), timeout, 50*time.Millisecond, func() error {
 		c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, cfg)
 		if err == nil {
-			defer c.Close()
-			return c.ConnectionState().PeerCertificates[0].Subject.CommonName
+			name = c.ConnectionState().PeerCertificates[0].Subject.CommonName
+			c.Close()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no responder at %s %v after its prerequisites: %v", addr, timeout, err)
-		}
+		return err
+	}); err != nil {
+		t.Fatalf("no responder at %s after its prerequisites: %v", addr, err)
 	}
+	return name
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/proto/authoritypb"
 )
@@ -127,11 +128,8 @@ func TestConsensus(t *testing.T) {
 		"the CRL number 2 changes what is revoked, and carries no revocations of the owner's",
 		"the CRL is number 3, the owner's revocations number 2", "not signed by this node's owner",
 		"the CRL number 3 takes back the revocation of [" + stranger.Cert.SerialNumber.Text(16) + "]"} {
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(tc.logs.String(), refused); {
-			if time.Now().After(deadline) {
-				t.Fatalf("the log does not say a CRL was refused as %q", refused)
-			}
-			time.Sleep(50 * time.Millisecond)
+		if poll.Until(t.Context(), 10*time.Second, 50*time.Millisecond, poll.True(func() bool { return strings.Contains(tc.logs.String(), refused) })) != nil {
+			t.Fatalf("the log does not say a CRL was refused as %q", refused)
 		}
 	}
 	if b, _ := os.ReadFile(files.CRL()); !bytes.Equal(b, good) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // TestJSONAPI runs a real one-member etcd with authentication on and
@@ -154,13 +155,11 @@ func jsonWatch(t *testing.T, ctx context.Context, c *Consensus, client *http.Cli
 
 func awaitAuth(t *testing.T, ctx context.Context, c *Consensus) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if st, err := c.Client.AuthStatus(ctx); err == nil && st.Enabled {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("authentication is not on a minute after the member started")
-		}
+	if poll.Until(ctx, time.Minute, 100*time.Millisecond, poll.True(func() bool {
+		st, err := c.Client.AuthStatus(ctx)
+		return err == nil && st.Enabled
+	})) != nil {
+		t.Fatal("authentication is not on a minute after the member started")
 	}
 }
 

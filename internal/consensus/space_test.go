@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/internal/space"
 )
 
@@ -184,9 +185,7 @@ func fill(t *testing.T, path string, size int64) {
 // with what it waited for if timeout passes first.
 func awaitTrue(t *testing.T, timeout time.Duration, what string, f func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); !f(); time.Sleep(500 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after %v for %s", timeout, what)
-		}
+	if poll.Until(t.Context(), timeout, 500*time.Millisecond, poll.True(f)) != nil {
+		t.Fatalf("still waiting after %v for %s", timeout, what)
 	}
 }

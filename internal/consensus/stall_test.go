@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // TestUnstall gets a learner stuck as etcd leaves a member that catches up
@@ -52,18 +54,13 @@ func TestUnstall(t *testing.T) {
 
 	// etcd refuses the learner's writes until it has applied an entry
 	// after the snapshot.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := poll.Until(ctx, 30*time.Second, 100*time.Millisecond, func() error {
 		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer wcancel()
 		_, err := learner.Client.Put(wctx, "after", "v")
-		wcancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a write through the learner after the snapshot: still refused after 30 s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatalf("a write through the learner after the snapshot: %v", err)
 	}
 	if !strings.Contains(tc.logs.String(), "moved its applied index") {
 		t.Error("the learner did not say it moved its applied index: it did not catch up from a snapshot, and the test no longer tests it")

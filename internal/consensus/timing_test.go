@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/borough-os/borough/internal/space"
 	"log/slog"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/borough-os/borough/internal/space"
 
 	"github.com/borough-os/borough/internal/keyspace"
 )

@@ -23,6 +23,7 @@ import (
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/metrics"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // credential mints a metrics credential of owner, valid for ttl from at.
@@ -187,17 +188,15 @@ func TestPrometheusScrapes(t *testing.T) {
 		_ = cmd.Wait()
 	})
 	query := `borough_node_state{job="borough",state="Running"} * on(instance) up{job="borough"}`
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if err := poll.Until(t.Context(), time.Minute, 250*time.Millisecond, func() error {
 		v, err := promQuery(web, query)
-		if err == nil && v == "1" {
-			return
+		if err == nil && v != "1" {
+			err = fmt.Errorf("the query gives %q", v)
 		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
-			t.Fatalf("Prometheus has not scraped the node's state in 60 s (%q, %v); its log:\n%s", v, err, b)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return err
+	}); err != nil {
+		b, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
+		t.Fatalf("Prometheus has not scraped the node's state: %v; its log:\n%s", err, b)
 	}
 }
 

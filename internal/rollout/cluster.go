@@ -16,6 +16,7 @@ import (
 
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // running is the state a node API reports for a node that serves its
@@ -187,25 +188,32 @@ func pending(ms []Member, version string) int {
 // returns its members. It says why it waits when the reason changes, and
 // every repeatEvery while it does not.
 func (c *Cluster) awaitWhole(ctx context.Context) ([]Member, error) {
-	deadline := time.Now().Add(c.Settle)
 	var last reason
 	var said time.Time
-	for {
-		ms, why, err := c.look(ctx)
-		if err != nil || why == (reason{}) {
-			return ms, err
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the cluster was not whole within %v: %s", c.Settle, why)
+	var ms []Member
+	var lookErr error
+	err := poll.Until(ctx, c.Settle, pollEvery, func() error {
+		var why reason
+		ms, why, lookErr = c.look(ctx)
+		switch {
+		case lookErr != nil:
+			return poll.Stop(lookErr)
+		case why == (reason{}):
+			return nil
 		}
 		if why.who != last.who || time.Since(said) > repeatEvery {
 			fmt.Fprintf(c.Out, "waiting: %s\n", why)
 			last, said = why, time.Now()
 		}
-		if err := sleep(ctx, pollEvery); err != nil {
-			return nil, err
-		}
+		return errors.New(why.String())
+	})
+	switch {
+	case lookErr != nil:
+		return nil, lookErr
+	case err != nil:
+		return nil, fmt.Errorf("the cluster was not whole: %w", err)
 	}
+	return ms, nil
 }
 
 // repeatEvery is how often awaitWhole repeats a reason to wait.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/internal/uki"
 	"github.com/borough-os/borough/internal/update"
 	"github.com/borough-os/borough/proto/nodepb"
@@ -58,15 +59,16 @@ func Node(ctx context.Context, out io.Writer, c *nodeapi.Client, up Update, wait
 // old slot again, rolled back.
 func await(ctx context.Context, out io.Writer, c *nodeapi.Client, oldSlot string, resp *nodepb.UpdateResponse,
 	start time.Time, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
+	// The node answers from its old boot for a moment.
+	if err := sleep(ctx, pollEvery); err != nil {
+		return err
+	}
 	last := ""
-	for time.Now().Before(deadline) {
-		if err := sleep(ctx, pollEvery); err != nil {
-			return err
-		}
+	var rolledBack error
+	err := poll.Until(ctx, wait, pollEvery, func() error {
 		info, err := c.Info(ctx)
 		if err != nil {
-			continue
+			return err
 		}
 		took := time.Since(start).Round(100 * time.Millisecond)
 		switch {
@@ -74,15 +76,21 @@ func await(ctx context.Context, out io.Writer, c *nodeapi.Client, oldSlot string
 			fmt.Fprintf(out, "updated: slot %s runs %s, confirmed, %v after the update was sent\n", resp.GetSlot(), info.GetVersion(), took)
 			return nil
 		case info.GetBootSlot() == oldSlot && strings.HasPrefix(info.GetUpdate(), string(update.RolledBack)):
-			return fmt.Errorf("the update did not confirm itself: the node rolled back to %s in slot %s, %v after the update was sent (borough logs %s --boot -1 has the try boot's log, if it mounted its data)",
+			rolledBack = fmt.Errorf("the update did not confirm itself: the node rolled back to %s in slot %s, %v after the update was sent (borough logs %s --boot -1 has the try boot's log, if it mounted its data)",
 				info.GetVersion(), oldSlot, took, c.Addr)
+			return poll.Stop(rolledBack)
 		}
-		if s := info.GetBootSlot() + " " + info.GetState() + " " + info.GetUpdate(); s != last {
+		s := info.GetBootSlot() + " " + info.GetState() + " " + info.GetUpdate()
+		if s != last {
 			fmt.Fprintf(out, "node: slot %s, %s, %s\n", info.GetBootSlot(), info.GetState(), info.GetUpdate())
 			last = s
 		}
+		return fmt.Errorf("the node is in slot %s, %s, %s", info.GetBootSlot(), info.GetState(), info.GetUpdate())
+	})
+	if err != nil && rolledBack == nil {
+		return fmt.Errorf("the node neither confirmed nor rolled back the update: %w", err)
 	}
-	return fmt.Errorf("the node neither confirmed nor rolled back the update in %v", wait)
+	return err
 }
 
 // sleep waits d, or less if ctx ends first (its error).
