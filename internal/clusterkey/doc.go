@@ -4,7 +4,8 @@
 // it has), and any majority of a cluster that lost power unlocks all its
 // members by itself. The cryptography is package escrow's; the exchange
 // package unlock's. This package decides where the CUK is and keeps the
-// material on the ESP current.
+// material on the ESP current: of the cluster layer of the keys' map
+// (docs/keys.md), it is the node's side.
 //
 // Where the CUK is:
 //

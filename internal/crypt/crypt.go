@@ -1,5 +1,6 @@
 // Package crypt owns the on-disk format of Borough's encrypted data
-// partition and maps it with dm-crypt.
+// partition and maps it with dm-crypt: the volume layer of the keys' map
+// (docs/keys.md), deriving the volume key from the two unlock keys.
 //
 // # Layout
 //

@@ -1,7 +1,9 @@
 // Package escrow keeps a node's cluster unlock key (CUK) with its peers,
 // so that the node's data volume opens only when enough of them agree:
 // a node taken away alone stays locked, and any majority of a cluster
-// that lost power brings every member back.
+// that lost power brings every member back. Of the cluster layer of the
+// keys' map (docs/keys.md), it is the cryptography, with no I/O:
+// package clusterkey decides, package unlock carries the shares.
 //
 // A node's CUK is wrapped (AES-256-GCM) under a key derived from a random
 // secret s; s is split with Shamir's scheme (Feldman-verifiable, over the

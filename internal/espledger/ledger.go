@@ -2,7 +2,8 @@
 // anyone who can write the disk while the machine is off can edit: the
 // copies of the cluster CA, the node's certificate and the CRL that let it
 // answer its peers before its data volume opens, its escrow, its node
-// state record, its member directory and its update record.
+// state record, its member directory and its update record. It is the
+// ESP layer of the keys' map (docs/keys.md).
 //
 // The ledger (esp.Ledger) lists the SHA-256 of each of those files under
 // an HMAC whose key is sealed to the TPM (esp.LedgerKey, package seals),

@@ -1,5 +1,7 @@
 // Package keyfile is the format of the unlock key files on the ESP and
-// the policy that says whether their keys must be sealed to a TPM.
+// the policy that says whether their keys must be sealed to a TPM: the
+// sealing layer of the keys' map (docs/keys.md), a leaf that the owner's
+// tool and the enrolment config read too.
 //
 // It is a leaf package so that what only reads or names the format (the
 // enrolment config's storage policy, `borough recovery` on another

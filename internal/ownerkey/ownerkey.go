@@ -3,7 +3,8 @@
 // its owner runs (it pins their CAs, mints tickets, removes nodes, sends
 // updates and opens any node's disk from its owner escrow), so a copy of
 // the owner's config directory, a backup or a laptop left open, must not
-// be enough to use it.
+// be enough to use it. It is the owner's layer of the keys' map
+// (docs/keys.md), on the owner's machine only.
 //
 // The encryption is age's passphrase mode (filippo.io/age: scrypt, then
 // ChaCha20-Poly1305, ASCII-armored), a format other tools can open too, so

@@ -1,7 +1,8 @@
 // Package seals keeps, for one boot, every secret the node holds sealed to
 // its TPM in a key file on the ESP, so that an update can seal each one to
 // the PCR values its new boot binary will give, and the boot after settles
-// them on its own.
+// them on its own. It is the sealing layer of the keys' map
+// (docs/keys.md), over package tpm, beside keyfile's format.
 //
 // The keys are sealed to PCRs 4, 7 and 12 (package tpm), and PCR 4 is the
 // boot binary's digest: a new boot binary cannot unseal keys sealed to the

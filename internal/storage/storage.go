@@ -12,25 +12,9 @@
 //
 // # Which key lives where
 //
-// Every key a node holds, where it is kept and what opens it. "Sealed" is
-// sealed to the TPM's PCRs 4, 7 and 12 and its epoch (package seals), or
-// in clear without a TPM in use; ESP paths are under EFI/Borough (package
-// esp), data volume paths under /data (package datavol).
-//
-//	key                       kept in                       opened by
-//	volume key                nowhere: derived each boot    the LUK and the CUK (package crypt)
-//	local unlock key (LUK)    ESP local-key.sealed          this TPM in this boot state
-//	cluster unlock key (CUK)  ESP unlock/cuk.escrow         shares of it, each to one peer's escrow key:
-//	                                                        a threshold of peers (internal/clusterkey)
-//	                          ESP cluster-key.sealed        this TPM, until the peers hold it (Escrow)
-//	escrow key (X25519)       ESP unlock/escrow-key.sealed  this TPM; opens the shares it holds for peers
-//	node key (TLS)            data pki/node-key.pem         the data volume
-//	                          ESP unlock/node-key.sealed    this TPM: asks the peers for shares before
-//	                                                        the volume opens
-//	ESP ledger key (MAC)      ESP ledger-key.sealed         this TPM; its SHA-256 on the data volume
-//	                                                        (internal/espledger)
-//	cluster CA key            data pki/ca-key.pem           the data volume
-//	LUK and CUK, for recovery ESP owner-recovery.json       the cluster owner's key (borough recovery)
+// docs/keys.md maps every key a node or its owner holds: where it is
+// kept, what opens it, which package owns it. Storage is its volume
+// layer: the LUK, and the CUK until the cluster holds it.
 //
 // What storage never does, whatever it is told: format a partition that
 // holds a Borough volume, a damaged one, or anyone else's data. First boot

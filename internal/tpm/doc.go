@@ -1,4 +1,6 @@
 // Package tpm seals Borough's unlock keys to the machine's TPM 2.0.
+// It is the device layer of the keys' map (docs/keys.md): every other
+// package reaches the TPM through it.
 //
 // # What it protects
 //

@@ -2,7 +2,8 @@
 // peers at boot, before its data volume (and etcd on it) is up: every
 // node runs a Server that answers share requests, and a booting node
 // Fetches shares until it has enough to recover its key (package escrow
-// holds the cryptography).
+// holds the cryptography): the protocol of the cluster layer of the
+// keys' map (docs/keys.md).
 //
 // Both sides authenticate with TLS 1.3 and node certificates of the
 // cluster CA, kept on the ESP with the key sealed to the TPM, and check
