@@ -16,11 +16,9 @@ import (
 // does not print them.
 //
 // Entries are sampled, as etcd's own logger samples them (zap's
-// sampler), but more tightly (sampleFirst, sampleThereafter): a loop in
-// etcd that fails at once and says so each time, as a joining member's
-// publish did while etcd refused its proposals after a snapshot
-// (stall.go), wrote the one warning to the serial console about 950
-// times a second; sampled, about 60 of the loop's 50,000 a second.
+// sampler), but more tightly (sampleFirst, sampleThereafter), so that a
+// loop in etcd that fails and says so each time cannot fill the serial
+// console (docs/decisions.md, "etcd's log, sampled").
 func zapLogger(log *slog.Logger, minLevel zapcore.Level) *zap.Logger {
 	return zap.New(zapcore.NewSamplerWithOptions(&slogCore{log: log, min: minLevel},
 		time.Second, sampleFirst, sampleThereafter))

@@ -8,36 +8,22 @@ import (
 // A member that catches up from a snapshot in a quiet cluster.
 //
 // etcd refuses every proposal of a member whose committed index is more
-// than applyGap ahead of what it has applied (ErrTooManyRequests), so
-// that proposals do not outrun the apply. But etcd (v3.7) moves the
-// applied index it checks only when it applies an entry, not when it
-// applies a snapshot. A member that joins a cluster whose leader has
-// compacted its log gets the leader's snapshot: its committed index jumps
-// to the snapshot's, its applied index stays at 0, and, from a log longer
-// than applyGap, etcd refuses the proposal by which the member publishes
-// its name, which it must make before it serves, as it refuses all
-// others. Only the next entry of the cluster's unsticks it, and a cluster
-// the owner has just recovered, alone and quiet, makes none: the member
-// retried its publish for two minutes, without a pause, and gave up
-// ("etcd did not become ready"). A running member that falls behind and
-// catches up from a snapshot is stuck the same way, its own writes
-// refused.
+// than applyGap ahead of what it has applied, and (v3.7) moves the
+// applied index it checks only when it applies an entry, not a snapshot.
+// A member that caught up from a snapshot is therefore refused
+// everything, its publish included, until the cluster writes its next
+// entry, which a quiet cluster (one just recovered) never does
+// (docs/decisions.md, "A member stuck behind its snapshot").
 //
-// unstall therefore watches for that state: committed index more than
-// applyGap ahead of the applied one, which has not moved for a whole
-// stallCheck. It then proposes a membership change that changes nothing,
-// the member's own peer URL again: etcd proposes membership changes
-// without the gap check, the leader commits it, and applying it moves the
-// applied index. A member applying a long log moves its applied index
-// every check, and is left alone; so is a leader, which never catches up
-// from a snapshot. The URL proposed is the one the member advertises, not
-// its entry in the member list, which a move of the node's address
-// (cluster's announceMove) may be changing at the same time.
-//
-// While the change is committed and not yet applied, raft turns any other
-// membership change proposed into an empty entry, which etcd's caller
-// waits for until its context ends: callers of membership changes bound
-// their wait (the autopromoter's promoteWait).
+// unstall watches for that state (committed more than applyGap ahead of
+// applied, which has not moved for a whole stallCheck) and proposes a
+// membership change that changes nothing, the member's own advertised
+// peer URL again: etcd proposes membership changes without the gap
+// check, and applying it moves the applied index. A member applying a
+// long log, or a leader, is left alone. While that change is committed
+// and not applied, raft turns other membership changes into empty
+// entries, so their callers bound their wait (the autopromoter's
+// promoteWait).
 
 // applyGap is etcd's limit between committed and applied index
 // (etcdserver's maxGapBetweenApplyAndCommitIndex, unexported).
