@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/borough-os/borough/internal/clusterhealth"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/proto/nodepb"
 )
@@ -75,7 +76,7 @@ quits); otherwise it prints each sample as plain lines, --count looks in all
 // sample is what the dashboard saw once.
 type sample struct {
 	at     time.Time
-	health *clusterHealth
+	health *clusterhealth.Cluster
 	err    error
 	// counters are each member's etcd counters, by member and name.
 	counters map[string]map[string]float64
@@ -93,12 +94,12 @@ func (w *watcher) look(ctx context.Context, timeout time.Duration) sample {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	l := sample{at: time.Now(), counters: map[string]map[string]float64{}, logs: map[string][]string{}}
-	l.health, l.err = w.s.health(ctx, defaultClockOffset)
+	l.health, l.err = w.s.health(ctx, clusterhealth.DefaultClockOffset)
 	if l.err != nil {
 		return l
 	}
 	for _, m := range l.health.Members {
-		c, err := w.s.clients.client(m.Name, m.urls)
+		c, err := w.s.clients.client(m.Name, m.URLs)
 		if err != nil {
 			continue
 		}

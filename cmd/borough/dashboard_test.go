@@ -7,11 +7,13 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/borough-os/borough/internal/clusterhealth"
 )
 
 func TestRender(t *testing.T) {
 	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
-	health := &clusterHealth{ClusterID: "c0ffee", Healthy: true, Members: []memberHealth{
+	health := &clusterhealth.Cluster{ClusterID: "c0ffee", Healthy: true, Members: []clusterhealth.Member{
 		{Name: "node-a", Leader: true, RaftIndex: 120, Version: "1.1.0", Slot: "B", State: "Running"},
 		{Name: "node-b", RaftIndex: 118, Lag: 2, Version: "1.1.0", Slot: "B", State: "Running", Problems: []string{"clock +2.0 s from yours"}},
 	}}
@@ -60,7 +62,7 @@ func TestDashboardModel(t *testing.T) {
 	if !strings.Contains(d.View(), "looking at the cluster") {
 		t.Errorf("before the first look: %q", d.View())
 	}
-	l := sample{at: time.Now(), health: &clusterHealth{ClusterID: "c0ffee", Members: []memberHealth{{Name: "node-a"}}}}
+	l := sample{at: time.Now(), health: &clusterhealth.Cluster{ClusterID: "c0ffee", Members: []clusterhealth.Member{{Name: "node-a"}}}}
 	if _, cmd := d.Update(sampleMsg(l)); cmd == nil {
 		t.Error("no next sample scheduled")
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/clusterhealth"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/proto/nodepb"
 )
@@ -153,7 +154,7 @@ func (b *bundle) clusterParts(s *session, timeout time.Duration) (map[string][]s
 	if err := b.cluster(ctx, s); err != nil {
 		b.missing("the cluster's members and status", err)
 	}
-	h, err := s.health(ctx, defaultClockOffset)
+	h, err := s.health(ctx, clusterhealth.DefaultClockOffset)
 	if err != nil {
 		b.missing("the cluster's health", err)
 		for name := range s.clients.given {
@@ -162,7 +163,7 @@ func (b *bundle) clusterParts(s *session, timeout time.Duration) (map[string][]s
 		return members, nil
 	}
 	for _, m := range h.Members {
-		members[m.Name] = m.urls
+		members[m.Name] = m.URLs
 	}
 	return members, b.addJSON("cluster/health.json", h)
 }
