@@ -38,20 +38,10 @@ import (
 
 // apiParts are what the node API acts on.
 type apiParts struct {
-	// current is the enrolment config in force: Load's until the data
-	// volume confirms it (bringUp), and until then the API acts on
-	// nothing but the owner's unlock.
-	current *atomic.Pointer[enrolment.Enrolment]
-	// keys is the keeper of the node's cluster unlock key once bringUp
-	// has one (its methods answer for a nil one): while the volume is
-	// locked, the API presents the identity on the ESP and takes the
-	// owner's unlock.
-	keys *atomic.Pointer[clusterkey.Keeper]
+	// phase is how far bring-up has come, which it stores at each step.
+	phase *atomic.Pointer[phase]
 	// life is the node's way into its cluster, from the start of the boot.
 	life *lifecycle.Lifecycle
-	// mgr is the cluster manager once the data volume is mounted; nil
-	// until then (its methods answer for a nil one).
-	mgr  *atomic.Pointer[cluster.Manager]
 	logs *logs
 	// requests takes reboot and power-off requests.
 	requests chan<- int
@@ -60,9 +50,7 @@ type apiParts struct {
 	// fresh says that the node has no data volume yet: it takes an
 	// enrolment config from the owner.
 	fresh bool
-	// mounted says the data volume is mounted, once it is.
-	mounted *atomic.Bool
-	about   nodeFacts
+	about nodeFacts
 	// ledger writes the reset mark.
 	ledger *espledger.Ledger
 }
@@ -72,30 +60,30 @@ type apiParts struct {
 // one the owner handed the cluster over to), or the one the enrolment
 // names while the volume is locked.
 func apiService(p apiParts) supervisor.Service {
-	current, keys, life, mgr, lg, about, requests := p.current, p.keys, p.life, p.mgr, p.logs, p.about, p.requests
-	owner := func() *x509.Certificate {
-		if o := mgr.Load().Owner(); o != nil {
-			return o
-		}
-		return lockedOwner(current.Load().Owner, keys.Load().SealedOwner(), p.ledger.Refused())
-	}
-	member, admission := apiIdentity(mgr)
+	ph, life, lg, about, requests := p.phase, p.life, p.logs, p.about, p.requests
+	owner := func() *x509.Certificate { return ph.Load().owner(p.ledger.Refused()) }
+	member, admission := apiIdentity(ph)
 	identity := func() (*tls.Certificate, error) {
 		if cert, err := member(); err == nil {
 			return cert, nil
 		}
-		return keys.Load().Identity()
+		return ph.Load().lockedIdentity()
 	}
 	s := &nodeapi.Server{
 		Owner: owner, Identity: identity, Admission: admission, Logs: lg.tree, Journal: lg.journal,
 		Info: func() *nodepb.Info {
-			info := about.info(life.Status(), current.Load().ClusterName)
-			if p.mounted.Load() {
+			now := ph.Load()
+			info := about.info(life.Status(), now.enrolment.ClusterName)
+			if now.mounted {
 				info.DataUsed, info.DataSize = dataUse(storage.DataRoot)
 			}
-			info.Escrow = escrowOf(keys.Load().Place())
-			info.Space = spaceOf(mgr.Load().Client())
-			info.RestoreRecipient = mgr.Load().RestoreRecipient()
+			if now.keys != nil {
+				info.Escrow = escrowOf(now.keys.Place())
+			}
+			if now.mgr != nil {
+				info.Space = spaceOf(now.mgr.Client())
+				info.RestoreRecipient = now.mgr.RestoreRecipient()
+			}
 			return info
 		},
 		Update: func(req *nodepb.UpdateRequest) (*nodepb.UpdateResponse, error) {
@@ -116,17 +104,36 @@ func apiService(p apiParts) supervisor.Service {
 			return reset.Request(p.ledger, owner())
 		},
 		Restore: func(ctx context.Context, r io.Reader) (*nodepb.RestoreResponse, error) {
-			m, err := mgr.Load().ReceiveBackup(ctx, r)
+			mgr := ph.Load().mgr
+			if mgr == nil {
+				return nil, cluster.ErrNoRestore
+			}
+			m, err := mgr.ReceiveBackup(ctx, r)
 			if err != nil {
 				return nil, err
 			}
 			return &nodepb.RestoreResponse{Cluster: m.Cluster, Revision: m.Revision, Taken: m.Taken.Unix(), SnapshotSha256: m.SnapshotSHA256}, nil
 		},
-		Locked:      func() ([]byte, []byte, error) { return keys.Load().Locked() },
-		SealedOwner: func() string { return keys.Load().SealedOwner() },
-		Unlock:      func(sealed []byte) error { return keys.Load().Unlock(sealed) },
-		Recover:     func() error { return mgr.Load().Recover() },
-		Network:     p.network, NetworkWindow: netconfig.Window,
+		Locked: func() ([]byte, []byte, error) {
+			if keys := ph.Load().keys; keys != nil {
+				return keys.Locked()
+			}
+			return nil, nil, clusterkey.ErrNotWaiting
+		},
+		SealedOwner: func() string { return ph.Load().sealedOwner() },
+		Unlock: func(sealed []byte) error {
+			if keys := ph.Load().keys; keys != nil {
+				return keys.Unlock(sealed)
+			}
+			return clusterkey.ErrNotWaiting
+		},
+		Recover: func() error {
+			if mgr := ph.Load().mgr; mgr != nil {
+				return mgr.Recover()
+			}
+			return errNotMounted
+		},
+		Network: p.network, NetworkWindow: netconfig.Window,
 		Enrol: func(config []byte) error {
 			if st := life.Status().State; !p.fresh || st != lifecycle.New && st != lifecycle.Failed {
 				return errors.New("the node has a data volume: an enrolment config applies to a node's first boot only " +
@@ -135,7 +142,7 @@ func apiService(p apiParts) supervisor.Service {
 			return enrolment.Push(config, storage.ESPRoot, time.Now())
 		},
 		Unconfirmed: func() error {
-			if current.Load().Provisional() {
+			if ph.Load().enrolment.Provisional() {
 				return errors.New("its enrolment record on the ESP is not yet confirmed by its data volume, which is still locked")
 			}
 			return nil
@@ -157,6 +164,10 @@ func apiService(p apiParts) supervisor.Service {
 		return s.Run(ctx)
 	}}
 }
+
+// errNotMounted refuses what a node does with its data volume before it
+// is mounted.
+var errNotMounted = errors.New("the node's data volume is not mounted")
 
 // lockedOwner is the owner of a node whose data volume is still locked:
 // the one its enrolment config names, unless the cluster was handed over

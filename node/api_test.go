@@ -14,14 +14,7 @@ import (
 // the record sealed to the new owner, or a ledger that checks out, says
 // otherwise.
 func TestLockedOwner(t *testing.T) {
-	owner := func(name string) *x509.Certificate {
-		c, err := pki.NewOwner(name, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Cert
-	}
-	old, next := owner("old"), owner("next")
+	old, next := newOwner(t, "old"), newOwner(t, "next")
 	older := errors.New("an older copy put back")
 	for _, tc := range []struct {
 		name     string
@@ -50,4 +43,14 @@ func subject(c *x509.Certificate) string {
 		return "nobody"
 	}
 	return c.Subject.CommonName
+}
+
+// newOwner is an owner's certificate named name.
+func newOwner(t *testing.T, name string) *x509.Certificate {
+	t.Helper()
+	c, err := pki.NewOwner(name, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Cert
 }

@@ -41,7 +41,9 @@ type bootEnv struct {
 	hw       hardware.Report
 	timeline *timeline.Timeline
 	logs     *logs
-	updates  *updater.Updater
+	// updates is the updater's first step, which bring-up takes to the
+	// updater once the ESP's ledger is open.
+	updates *updater.Boot
 	// requests takes the node API's reboot and power-off requests.
 	requests chan<- int
 }
@@ -86,10 +88,11 @@ func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bri
 		return bringUpResult{failure: err}, nil
 	}
 	logEnrolment(log, enrol)
-	policy, book, ledger, err := openSeals(log, t, enrol, b.updates)
+	policy, book, ledger, err := openSeals(log, t, enrol)
 	if err != nil {
 		return bringUpResult{}, err
 	}
+	updates := b.updates.Open(ledger, book)
 	if requested, err := reset.Requested(ledger, storage.ESPRoot); err != nil {
 		log.Error("reset: " + err.Error() + ": only the node writes its reset mark, when its owner asks (borough node reset)")
 	} else if requested {
@@ -106,17 +109,19 @@ func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bri
 		return bringUpResult{failure: fmt.Errorf("bringing up the network: %w", withoutDrivers(err, hw))}, nil
 	}
 	tl.Mark(timeline.Network)
-	var mgr atomic.Pointer[cluster.Manager]
-	healthy := func(ctx context.Context) error { return mgr.Load().Healthy(ctx) }
+	var ph atomic.Pointer[phase]
+	ph.Store(&phase{enrolment: enrol})
+	healthy := func(ctx context.Context) error {
+		if mgr := ph.Load().mgr; mgr != nil {
+			return mgr.Healthy(ctx)
+		}
+		return errNotMounted
+	}
 	go settings.Watch(ctx, log.With(console.ServiceKey, "network"), netconfig.Window, healthy,
 		func() { request(b.requests, pid1.ExitReboot) })
-	var current atomic.Pointer[enrolment.Enrolment]
-	var locked atomic.Pointer[clusterkey.Keeper]
-	var mounted atomic.Bool
-	current.Store(enrol)
-	api := apiService(apiParts{current: &current, keys: &locked, life: life, mgr: &mgr, logs: b.logs, requests: b.requests, ledger: ledger,
-		about:   nodeFacts{hw: hw, timeline: tl, tpm: t != nil, updates: b.updates},
-		network: settings.Propose, fresh: st.Fresh(), mounted: &mounted})
+	api := apiService(apiParts{phase: &ph, life: life, logs: b.logs, requests: b.requests, ledger: ledger,
+		about:   nodeFacts{hw: hw, timeline: tl, tpm: t != nil, updates: updates},
+		network: settings.Propose, fresh: st.Fresh()})
 	failed := []supervisor.Service{{Name: "network", Run: net.Run}, api}
 	if enrol.AwaitsConfig {
 		return bringUpResult{services: failed, failure: errors.New("reset by its owner, " + enrol.OwnerName() +
@@ -136,20 +141,18 @@ func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bri
 	if err := cluster.Preflight(ctx, log, storage.ESPRoot, enrol); err != nil {
 		return bringUpResult{services: failed, failure: err}, nil
 	}
-	keys := clusterKeys(ctx, log, book, ledger, policy, net.IP)
-	keys.GiveUp = settings.Expired()
-	keys.WhileLocked = func(ctx context.Context) {
-		log.Info("serving the node API while the data volume is locked: its owner can unlock it (borough node unlock)")
-		if err := supervisor.RunAlone(ctx, log, api); err != nil && ctx.Err() == nil {
-			log.Warn("the node API while the data volume is locked", "err", err)
-		}
-	}
-	locked.Store(keys)
-	if enrol, err = mountData(ctx, b, enrol, policy, book, ledger, keys); err != nil {
+	keys := clusterKeys(ctx, log, keeperParts{book: book, ledger: ledger, policy: policy, ip: net.IP,
+		giveUp: settings.Expired(), whileLocked: func(ctx context.Context) {
+			log.Info("serving the node API while the data volume is locked: its owner can unlock it (borough node unlock)")
+			if err := supervisor.RunAlone(ctx, log, api); err != nil && ctx.Err() == nil {
+				log.Warn("the node API while the data volume is locked", "err", err)
+			}
+		}})
+	ph.Store(ph.Load().next(func(p *phase) { p.keys = keys }))
+	if enrol, err = mountData(ctx, b, enrol, keys, mountParts{policy: policy, book: book, ledger: ledger, updates: updates}); err != nil {
 		return bringUpResult{}, err
 	}
-	mounted.Store(true)
-	current.Store(enrol)
+	ph.Store(ph.Load().next(func(p *phase) { p.enrolment, p.mounted = enrol, true }))
 	if err := netconfig.Confirm(ledger, enrol); err != nil {
 		log.Warn("the next boot brings up the network of the ESP's enrolment config", "err", err)
 	}
@@ -159,7 +162,7 @@ func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bri
 		Pause: pauseHook(log, params, "join"), Keys: keys, Timeline: tl,
 		VolumeSize: volumeSize(log, params),
 	}, life)
-	mgr.Store(m)
+	ph.Store(ph.Load().next(func(p *phase) { p.mgr = m }))
 	exposeToRogue(m)
 	services := append(failed, b.logs.journalService(),
 		supervisor.Service{Name: "time", Run: func(ctx context.Context) error {
@@ -167,27 +170,26 @@ func bringUpWith(ctx context.Context, b bootEnv, life *lifecycle.Lifecycle) (bri
 		}},
 		supervisor.Service{Name: "cluster", Run: m.Run},
 	)
-	if check := b.updates.CheckService(tl.Reached(timeline.Running)); check != nil {
+	if check := updates.CheckService(tl.Reached(timeline.Running)); check != nil {
 		services = append(services, *check)
 	}
-	if confirm := b.updates.ConfirmService(m); confirm != nil {
+	if confirm := updates.ConfirmService(m); confirm != nil {
 		services = append(services, *confirm)
 	}
 	return bringUpResult{services: services}, nil
 }
 
-// mountData unlocks the data volume with the keys book unseals under
-// policy and the cluster unlock key keys gets, mounts it, and returns the
+// mountData unlocks the data volume with the keys p.book unseals under
+// p.policy and the cluster unlock key keys gets, mounts it, and returns the
 // enrolment config the volume confirms, which the node runs from. It
 // checks the ESP ledger's key against the volume, and settles keys an
 // update or a crash left sealed twice.
-func mountData(ctx context.Context, b bootEnv, enrol *enrolment.Enrolment, policy keyfile.TPMPolicy, book *seals.Book,
-	ledger *espledger.Ledger, keys *clusterkey.Keeper) (*enrolment.Enrolment, error) {
+func mountData(ctx context.Context, b bootEnv, enrol *enrolment.Enrolment, keys *clusterkey.Keeper, p mountParts) (*enrolment.Enrolment, error) {
 	log := b.log
 	if err := b.st.MountData(ctx, storage.Config{
 		TPM:         b.tpm,
-		Seals:       book,
-		Policy:      policy,
+		Seals:       p.book,
+		Policy:      p.policy,
 		ClusterKeys: keys,
 		LocalKey:    keys.SetLocalKey,
 		Pause:       pauseHook(log, b.params, "storage"),
@@ -195,19 +197,30 @@ func mountData(ctx context.Context, b bootEnv, enrol *enrolment.Enrolment, polic
 		return nil, err
 	}
 	b.timeline.Mark(timeline.Storage)
-	confirmed, err := confirmEnrolment(log, enrol, policy)
+	confirmed, err := confirmEnrolment(log, enrol, p.policy)
 	if err != nil {
 		return nil, err
 	}
-	if err := ledger.Confirm(storage.DataRoot); err != nil {
+	if err := p.ledger.Confirm(storage.DataRoot); err != nil {
 		return nil, fmt.Errorf("checking the ESP ledger's key against the data volume: %w", err)
 	}
 	keys.OwnerRecovery = confirmed.OwnerRecovery
-	b.updates.SettleLeftovers()
+	p.updates.SettleLeftovers()
 	if err := testMarker(log, b.params); err != nil {
 		return nil, err
 	}
 	return confirmed, nil
+}
+
+// mountParts are what bring-up opened before the data volume, for
+// mountData: the storage policy and the seals the node's keys are under,
+// the ESP's ledger, and the updater, which settles keys an update or a
+// crash left sealed twice.
+type mountParts struct {
+	policy  keyfile.TPMPolicy
+	book    *seals.Book
+	ledger  *espledger.Ledger
+	updates *updater.Updater
 }
 
 // rollBackIfTrial reboots a node whose network failed on a trial of the
@@ -223,7 +236,7 @@ func rollBackIfTrial(log *slog.Logger, s *netconfig.Settings, requests chan<- in
 // and what seals them to its TPM (package seals), and opens the ESP's
 // ledger (package espledger), which authenticates the node's own state on
 // the ESP, its network settings among it: both before the network.
-func openSeals(log *slog.Logger, t *tpm.TPM, enrol *enrolment.Enrolment, updates *updater.Updater) (keyfile.TPMPolicy, *seals.Book, *espledger.Ledger, error) {
+func openSeals(log *slog.Logger, t *tpm.TPM, enrol *enrolment.Enrolment) (keyfile.TPMPolicy, *seals.Book, *espledger.Ledger, error) {
 	policy := enrol.StoragePolicy
 	if enrol.Provisional() {
 		policy = storage.KeyPolicy(storage.ESPRoot, policy)
@@ -232,10 +245,7 @@ func openSeals(log *slog.Logger, t *tpm.TPM, enrol *enrolment.Enrolment, updates
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	updates.UseSeals(book)
-	ledger := openLedger(log, book)
-	updates.UseLedger(ledger)
-	return policy, book, ledger, nil
+	return policy, book, openLedger(log, book), nil
 }
 
 // confirmEnrolment matches the enrolment record Load read from the ESP to
@@ -339,21 +349,37 @@ func openLedger(log *slog.Logger, book *seals.Book) *espledger.Ledger {
 	return l
 }
 
-// clusterKeys returns the keeper of the node's cluster unlock key, which
-// has unsealed what it needs from the ESP and answers its peers' share
-// requests. book seals its keys (nil: in clear, without a TPM in use); ip is
-// the node's address on this boot.
-func clusterKeys(ctx context.Context, log *slog.Logger, book *seals.Book, ledger *espledger.Ledger, policy keyfile.TPMPolicy, ip netip.Addr) *clusterkey.Keeper {
+// clusterKeys returns the keeper of the node's cluster unlock key, built
+// whole from p, which has unsealed what it needs from the ESP and answers
+// its peers' share requests.
+func clusterKeys(ctx context.Context, log *slog.Logger, p keeperParts) *clusterkey.Keeper {
 	keys := &clusterkey.Keeper{
-		IP:      ip,
-		ESPRoot: storage.ESPRoot,
-		Ledger:  ledger,
-		Local:   storage.LocalEscrow(storage.ESPRoot, policy, book),
-		Seals:   book,
-		Log:     log.With(console.ServiceKey, "unlock"),
+		IP:          p.ip,
+		ESPRoot:     storage.ESPRoot,
+		Ledger:      p.ledger,
+		Local:       storage.LocalEscrow(storage.ESPRoot, p.policy, p.book),
+		Seals:       p.book,
+		Log:         log.With(console.ServiceKey, "unlock"),
+		GiveUp:      p.giveUp,
+		WhileLocked: p.whileLocked,
 	}
 	keys.Boot(ctx)
 	return keys
+}
+
+// keeperParts are what clusterKeys builds the keeper from.
+type keeperParts struct {
+	// book seals its keys (nil: in clear, without a TPM in use) under
+	// policy; ledger authenticates the ESP's files.
+	book   *seals.Book
+	policy keyfile.TPMPolicy
+	ledger *espledger.Ledger
+	// ip is the node's address on this boot.
+	ip netip.Addr
+	// giveUp ends the wait for the unlock key (a network on trial that
+	// does not reach the peers); whileLocked runs while it waits.
+	giveUp      <-chan struct{}
+	whileLocked func(context.Context)
 }
 
 // capPCRs caps the PCRs the keys are sealed to, once bringUp is past

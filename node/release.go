@@ -26,6 +26,6 @@ func exposeToRogue(*cluster.Manager)                                  {}
 
 // apiIdentity is what the node API presents: the node's own identity and
 // admission.
-func apiIdentity(mgr *atomic.Pointer[cluster.Manager]) (func() (*tls.Certificate, error), func() []byte) {
-	return func() (*tls.Certificate, error) { return mgr.Load().Identity() }, func() []byte { return mgr.Load().Admission() }
+func apiIdentity(ph *atomic.Pointer[phase]) (func() (*tls.Certificate, error), func() []byte) {
+	return func() (*tls.Certificate, error) { return ph.Load().memberIdentity() }, func() []byte { return ph.Load().admission() }
 }

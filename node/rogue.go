@@ -262,18 +262,18 @@ var posing atomic.Pointer[rogueAPI]
 
 // apiIdentity is what the node API presents: the node's own identity and
 // admission, or those rogue nodeapi poses with.
-func apiIdentity(mgr *atomic.Pointer[cluster.Manager]) (func() (*tls.Certificate, error), func() []byte) {
+func apiIdentity(ph *atomic.Pointer[phase]) (func() (*tls.Certificate, error), func() []byte) {
 	identity := func() (*tls.Certificate, error) {
 		if p := posing.Load(); p != nil {
 			return &p.cert, nil
 		}
-		return mgr.Load().Identity()
+		return ph.Load().memberIdentity()
 	}
 	admission := func() []byte {
 		if p := posing.Load(); p != nil {
 			return p.admission
 		}
-		return mgr.Load().Admission()
+		return ph.Load().admission()
 	}
 	return identity, admission
 }

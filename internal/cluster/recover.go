@@ -71,9 +71,6 @@ func (mg *Manager) writeRecovery(r *recovery) error {
 // only member and restarts it so. It refuses a node that is not a member
 // with its data, and a member that has a leader.
 func (mg *Manager) Recover() error {
-	if mg == nil {
-		return errNotMounted
-	}
 	switch st := mg.life.Status(); {
 	case st.State != lifecycle.Restarting && st.State != lifecycle.Running:
 		return fmt.Errorf("the node is not a member with its data (state %s)", st.State)

@@ -26,9 +26,6 @@ func (mg *Manager) started(rec *Record, c *clientv3.Client) {
 // the test build's rogue-member hook (node/rogue.go) acts through, as a
 // member compromised while running would.
 func (mg *Manager) Client() *clientv3.Client {
-	if mg == nil {
-		return nil
-	}
 	mg.clientMu.Lock()
 	defer mg.clientMu.Unlock()
 	return mg.client
@@ -38,9 +35,6 @@ func (mg *Manager) Client() *clientv3.Client {
 // cluster: a linearizable read, which takes a quorum. It is what an
 // update's try boot waits for before it confirms itself.
 func (mg *Manager) Healthy(ctx context.Context) error {
-	if mg == nil {
-		return errNotMounted
-	}
 	state := mg.life.Status().State
 	c := mg.Client()
 	if state != lifecycle.Running || c == nil {
@@ -54,22 +48,14 @@ func (mg *Manager) Healthy(ctx context.Context) error {
 
 // Owner returns the owner's certificate the cluster gave this node when it
 // joined, or made it with (it is on the data volume). It is nil for a
-// cluster without an owner, and before the data volume is mounted (nil
-// mg): a node whose enrolment names its owner knows it sooner.
+// cluster without an owner.
 func (mg *Manager) Owner() *x509.Certificate {
-	if mg == nil {
-		return nil
-	}
 	owner, err := mg.pkiFiles().LoadOwner()
 	if err != nil {
 		mg.log.Warn("the owner's certificate on the data volume", "error", err)
 	}
 	return owner
 }
-
-// errNotMounted refuses what a node does with its data volume, before it
-// is mounted.
-var errNotMounted = errors.New("the node's data volume is not mounted")
 
 // ErrNoIdentity says the node has no certificate of a cluster yet.
 var ErrNoIdentity = errors.New("the node has no certificate of a cluster yet")
@@ -78,9 +64,6 @@ var ErrNoIdentity = errors.New("the node has no certificate of a cluster yet")
 // services show it with its certificate; nil while it has none (a node
 // without an owner, or one that has not joined).
 func (mg *Manager) Admission() []byte {
-	if mg == nil {
-		return nil
-	}
 	b, err := os.ReadFile(mg.pkiFiles().Admission())
 	if err != nil {
 		return nil
@@ -92,9 +75,6 @@ func (mg *Manager) Admission() []byte {
 // its own services present it to the owner. Before the node has one
 // (Failed before it joined) it returns ErrNoIdentity.
 func (mg *Manager) Identity() (*tls.Certificate, error) {
-	if mg == nil {
-		return nil, ErrNoIdentity
-	}
 	cert, err := mg.pkiFiles().LoadIdentity()
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNoIdentity

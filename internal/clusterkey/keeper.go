@@ -332,9 +332,6 @@ type Place struct {
 // Place says where the node's CUK is, as its ESP says; nil if neither
 // holds it (a node with no data volume yet).
 func (k *Keeper) Place() *Place {
-	if k == nil {
-		return nil
-	}
 	if _, err := os.Stat(esp.ClusterKeyEscrow.In(k.ESPRoot)); err == nil {
 		return &Place{Local: true}
 	}

@@ -47,7 +47,7 @@ type wait struct {
 // after it as a member's, which the node API presents while the data
 // volume is locked: the owner's record is bound to that key.
 func (k *Keeper) Identity() (*tls.Certificate, error) {
-	if k == nil || k.id == nil {
+	if k.id == nil {
 		return nil, errors.New("no identity on the ESP")
 	}
 	c := k.id.Cert
@@ -58,9 +58,6 @@ func (k *Keeper) Identity() (*tls.Certificate, error) {
 // Locked returns, while Get waits for the CUK, the node's record sealed
 // to its owner as on the ESP and the public key to seal the CUK to.
 func (k *Keeper) Locked() (record, key []byte, err error) {
-	if k == nil {
-		return nil, nil, ErrNotWaiting
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	switch w := k.waiting; {
@@ -76,9 +73,6 @@ func (k *Keeper) Locked() (record, key []byte, err error) {
 // SealedOwner returns, while Get waits for the CUK, the fingerprint of the
 // owner the node's record is sealed to; "" otherwise.
 func (k *Keeper) SealedOwner() string {
-	if k == nil {
-		return ""
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if w := k.waiting; w != nil && w.why == nil {
@@ -90,9 +84,6 @@ func (k *Keeper) SealedOwner() string {
 // Unlock hands Get the CUK the owner sealed to the wait's key, once it
 // checks against the node's record.
 func (k *Keeper) Unlock(sealed []byte) error {
-	if k == nil {
-		return ErrNotWaiting
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	w := k.waiting

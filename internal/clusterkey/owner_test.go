@@ -224,22 +224,3 @@ func TestGiveUp(t *testing.T) {
 		})
 	}
 }
-
-// TestNilKeeper: a node with no keeper yet (it failed before its storage)
-// answers the node API's questions about its key: not waiting, no
-// identity of its own, no place.
-func TestNilKeeper(t *testing.T) {
-	var k *Keeper
-	if _, _, err := k.Locked(); !errors.Is(err, ErrNotWaiting) {
-		t.Errorf("Locked = %v, want %v", err, ErrNotWaiting)
-	}
-	if err := k.Unlock(nil); !errors.Is(err, ErrNotWaiting) {
-		t.Errorf("Unlock = %v, want %v", err, ErrNotWaiting)
-	}
-	if _, err := k.Identity(); err == nil {
-		t.Error("Identity of no keeper is one")
-	}
-	if o, p := k.SealedOwner(), k.Place(); o != "" || p != nil {
-		t.Errorf("SealedOwner, Place = %q, %v", o, p)
-	}
-}

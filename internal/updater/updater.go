@@ -28,7 +28,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -83,7 +82,8 @@ type Health interface {
 	Healthy(ctx context.Context) error
 }
 
-// Updater is the node's side of A/B updates, from the start of its boot.
+// Updater is the node's side of A/B updates, once the node has opened its
+// ESP's ledger (Boot.Open).
 type Updater struct {
 	log     *slog.Logger
 	paths   Paths
@@ -96,19 +96,23 @@ type Updater struct {
 	dog *watchdog.Dog
 	// seals seals the node's keys to its TPM; nil without one in use.
 	seals *seals.Book
-	// ledger keeps the update record, once the node has opened it; nil
-	// until then (package espledger).
+	// ledger keeps the update record (package espledger).
 	ledger  *espledger.Ledger
 	rec     *update.Record
 	outcome update.Outcome
 }
 
+// Boot is the updater's first step, from the start of the boot: what the
+// node runs and, on the update record's word before the ESP's ledger can
+// check it, whether this is a try boot. Open takes it to the Updater.
+type Boot struct{ u *Updater }
+
 // Start finds out what this boot is, and arms the watchdog in a try boot.
 // It reads the update record before the ESP's ledger can check it, so
 // that a try boot that hangs early is reset: a forged record arms no
-// more than the watchdog, which UseLedger disarms once the ledger refuses
-// the record. espPartition says which partition the ESP is.
-func Start(log *slog.Logger, paths Paths, espPartition func() (efivar.Partition, error)) *Updater {
+// more than the watchdog, which Open disarms once the ledger refuses the
+// record. espPartition says which partition the ESP is.
+func Start(log *slog.Logger, paths Paths, espPartition func() (efivar.Partition, error)) *Boot {
 	u := &Updater{log: log, paths: paths, espPartition: espPartition}
 	slot, err := update.Booted(paths.EFIVars)
 	if err != nil {
@@ -129,27 +133,25 @@ func Start(log *slog.Logger, paths Paths, espPartition func() (efivar.Partition,
 	if u.outcome == update.TryBoot {
 		u.armWatchdog()
 	}
-	return u
+	return &Boot{u}
 }
+
+// Outcome is what this boot is, on the update record's unchecked word.
+func (b *Boot) Outcome() update.Outcome { return b.u.Outcome() }
 
 // Running is what this boot runs.
-func (u *Updater) Running() update.Running { return u.running }
+func (b *Boot) Running() update.Running { return b.u.running }
 
-// Outcome is what this boot is, as far as the updater knows yet.
-func (u *Updater) Outcome() update.Outcome {
+// Open returns the updater, checking the update record against the ESP's
+// ledger l, once the node has opened it: a record the ledger refuses
+// counts as none (and a watchdog armed on its word is disarmed). It
+// records a rollback, and keeps the ledger for the records to come.
+// book seals the node's keys (nil: no TPM in use).
+func (b *Boot) Open(l *espledger.Ledger, book *seals.Book) *Updater {
+	u := b.u
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.outcome
-}
-
-// UseLedger checks the update record against the ESP's ledger, once the
-// node has opened it: a record the ledger refuses counts as none (and a
-// watchdog armed on its word is disarmed). It then records a rollback,
-// and keeps the ledger for the records to come.
-func (u *Updater) UseLedger(l *espledger.Ledger) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.ledger = l
+	u.ledger, u.seals = l, book
 	rec, err := update.ReadRecord(l)
 	if err != nil {
 		u.log.Error("refusing the update record: this boot is a normal one", "err", err)
@@ -166,13 +168,17 @@ func (u *Updater) UseLedger(l *espledger.Ledger) {
 			u.log.Warn("recording the rollback", "err", err)
 		}
 	}
+	return u
 }
 
-// UseSeals makes book the sealer of the node's keys (nil: no TPM in use).
-func (u *Updater) UseSeals(book *seals.Book) {
+// Running is what this boot runs.
+func (u *Updater) Running() update.Running { return u.running }
+
+// Outcome is what this boot is, as far as the updater knows yet.
+func (u *Updater) Outcome() update.Outcome {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.seals = book
+	return u.outcome
 }
 
 func (u *Updater) armWatchdog() {
@@ -251,9 +257,6 @@ func (u *Updater) Install(up update.Update, owner *x509.Certificate) (*update.Re
 	if u.outcome == update.TryBoot {
 		return nil, fmt.Errorf("this boot is the try boot of %s, not confirmed yet", u.rec.NewVersion)
 	}
-	if u.ledger == nil {
-		return nil, errors.New("the node has not opened its ESP's ledger, which keeps the update record: it takes no update before its storage")
-	}
 	part, err := u.espPartition()
 	if err != nil {
 		return nil, err
@@ -317,7 +320,7 @@ func (u *Updater) predictPCRs(book *seals.Book, next []byte) (map[uint][]byte, e
 // (docs/decisions.md, "The PCR 4 check after the boot").
 const checkAfter = 10 * time.Second
 
-// CheckService is, with a TPM in use (UseSeals), the service that checks,
+// CheckService is, with a TPM in use (Open's book), the service that checks,
 // checkAfter once running is closed (the node runs), that this boot's
 // PCR 4 can be predicted as an update will predict a new boot binary's; a
 // shutdown before then skips the check. Without a TPM it is nil.

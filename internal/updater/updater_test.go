@@ -72,10 +72,16 @@ func (m *machine) record(t *testing.T) *update.Record {
 	return rec
 }
 
-func (m *machine) start() *Updater {
+func (m *machine) start() *Boot {
 	return Start(discard, m.paths, func() (efivar.Partition, error) {
 		return efivar.Partition{Number: 1, Start: 2048, Size: 262144}, nil
 	})
+}
+
+// open is the machine's updater once its ESP's ledger (unauthenticated)
+// is open, without a TPM.
+func (m *machine) open() *Updater {
+	return m.start().Open(espledger.Unauthenticated(m.paths.ESP), nil)
 }
 
 // trying is the record of an update to 1.1.0 in slot B, not confirmed.
@@ -105,18 +111,18 @@ func TestBoot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMachine(t, tc.booted, tc.rec)
-			u := m.start()
-			if got := u.Outcome(); got != tc.first {
+			boot := m.start()
+			if got := boot.Outcome(); got != tc.first {
 				t.Errorf("before the ledger: %q, want %q", got, tc.first)
 			}
-			if u.Running().Slot != tc.booted {
-				t.Errorf("running slot %s, want %s", u.Running().Slot, tc.booted)
+			if boot.Running().Slot != tc.booted {
+				t.Errorf("running slot %s, want %s", boot.Running().Slot, tc.booted)
 			}
 			ledger := espledger.Unauthenticated(m.paths.ESP)
 			if tc.refused {
 				ledger = espledger.Refusing(m.paths.ESP, errors.New("a forged ledger"))
 			}
-			u.UseLedger(ledger)
+			u := boot.Open(ledger, nil)
 			if got := u.Outcome(); got != tc.then {
 				t.Errorf("after the ledger: %q, want %q", got, tc.then)
 			}
@@ -149,8 +155,7 @@ func (h *healthy) Healthy(context.Context) error {
 // node takes the next update.
 func TestConfirm(t *testing.T) {
 	m := newMachine(t, update.B, trying())
-	u := m.start()
-	u.UseLedger(espledger.Unauthenticated(m.paths.ESP))
+	u := m.open()
 	h := healthy(1)
 	if err := supervisor.RunAlone(context.Background(), discard, *u.ConfirmService(&h)); err != nil {
 		t.Fatal(err)
@@ -176,8 +181,7 @@ func TestConfirm(t *testing.T) {
 // healthy is not confirmed.
 func TestConfirmStopsWithTheNode(t *testing.T) {
 	m := newMachine(t, update.B, trying())
-	u := m.start()
-	u.UseLedger(espledger.Unauthenticated(m.paths.ESP))
+	u := m.open()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	h := healthy(1)
@@ -190,31 +194,16 @@ func TestConfirmStopsWithTheNode(t *testing.T) {
 }
 
 // TestInstallRefused: no update is installed in a try boot not yet
-// confirmed, nor before the node has opened its ESP's ledger.
+// confirmed. (Before the node has opened its ESP's ledger there is no
+// Updater to install one: Boot has no Install.)
 func TestInstallRefused(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		booted update.Slot
-		rec    *update.Record
-		ledger bool
-		err    string
-	}{
-		{"in a try boot", update.B, trying(), true, "this boot is the try boot of 1.1.0"},
-		{"before the ledger", update.A, nil, false, "has not opened its ESP's ledger"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := newMachine(t, tc.booted, tc.rec)
-			u := m.start()
-			if tc.ledger {
-				u.UseLedger(espledger.Unauthenticated(m.paths.ESP))
-			}
-			if _, err := u.Install(update.Update{}, nil); err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("Install = %v, want %q", err, tc.err)
-			}
-			if _, _, err := efivar.Read(m.paths.EFIVars, "BootNext", efivar.GlobalVariable); !errors.Is(err, efivar.ErrNotFound) {
-				t.Errorf("a refused install armed a try boot: %v", err)
-			}
-		})
+	m := newMachine(t, update.B, trying())
+	u := m.open()
+	if _, err := u.Install(update.Update{}, nil); err == nil || !strings.Contains(err.Error(), "this boot is the try boot of 1.1.0") {
+		t.Errorf("Install = %v, want the try boot's refusal", err)
+	}
+	if _, _, err := efivar.Read(m.paths.EFIVars, "BootNext", efivar.GlobalVariable); !errors.Is(err, efivar.ErrNotFound) {
+		t.Errorf("a refused install armed a try boot: %v", err)
 	}
 }
 
@@ -246,7 +235,7 @@ func TestPrediction(t *testing.T) {
 			if tc.eventLog != "" {
 				m.paths.EventLog = filepath.Join(t.TempDir(), tc.eventLog)
 			}
-			_, err := m.start().predictPCRs(nil, nil)
+			_, err := m.open().predictPCRs(nil, nil)
 			if tc.want != nil && !errors.Is(err, tc.want) || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 				t.Errorf("predictPCRs = %v, want %v %q", err, tc.want, tc.err)
 			}
@@ -258,12 +247,12 @@ func TestPrediction(t *testing.T) {
 // check is due, running or not yet, ends the check's service then rather
 // than checkAfter later; a node without a TPM has no such service.
 func TestCheckServiceStopsWithTheNode(t *testing.T) {
-	if svc := newMachine(t, update.A, nil).start().CheckService(make(chan struct{})); svc != nil {
+	if svc := newMachine(t, update.A, nil).open().CheckService(make(chan struct{})); svc != nil {
 		t.Error("a check service without a TPM in use")
 	}
 	for _, runs := range []bool{false, true} {
-		u := newMachine(t, update.A, nil).start()
-		u.UseSeals(&seals.Book{})
+		m := newMachine(t, update.A, nil)
+		u := m.start().Open(espledger.Unauthenticated(m.paths.ESP), &seals.Book{})
 		running := make(chan struct{})
 		if runs {
 			close(running)
