@@ -7,6 +7,7 @@ import (
 	"github.com/borough-os/borough/internal/authority"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -20,7 +21,7 @@ var errApplications = errors.New("the owner's applications CA is new to this mem
 // etcd holds one over the node's owner's key, etcd restarting in the
 // node's turn; one that is not (any member could write it) is passed
 // over, saying why.
-func (mg *Manager) trustApplications(ctx context.Context, c *consensus.Consensus, rec *Record) error {
+func (mg *Manager) trustApplications(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) error {
 	return mg.retrust(ctx, c, rec, trustChange{
 		what: "the owner's applications CA", why: errApplications, key: keyspace.ApplicationsCA,
 		take: func(ctx context.Context) (bool, error) { return mg.takeApplicationsCA(ctx, c) },

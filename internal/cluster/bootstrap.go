@@ -12,13 +12,14 @@ import (
 
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 )
 
 // bootstrap creates the cluster. prev is the record of a bootstrap that
 // did not finish, whose leftovers it removes.
-func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Consensus, *Record, error) {
+func (mg *Manager) bootstrap(ctx context.Context, prev *nodestate.Record) (*consensus.Consensus, *nodestate.Record, error) {
 	cluster := mg.cfg.Enrolment.ClusterName
 	name := newName()
 	if prev != nil {
@@ -33,7 +34,7 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Cons
 	if mg.cfg.Enrolment.Restore != nil {
 		return mg.restore(ctx, cluster, name)
 	}
-	rec := &Record{Phase: PhaseBootstrapping, Cluster: cluster, Node: name}
+	rec := &nodestate.Record{Phase: nodestate.PhaseBootstrapping, Cluster: cluster, Node: name}
 	now := time.Now()
 	ca, err := pki.NewCA(rec.Cluster, now)
 	if err != nil {
@@ -73,12 +74,12 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *Record) (*consensus.Cons
 // volume's record rec: a bootstrap begun is one write of all of them (the
 // ESP's record follows; decide starts over from the data volume's alone),
 // where writing the record on its own first took two syncs more.
-func (mg *Manager) writePKI(rec *Record, ca *pki.CA, crl []byte) (*pki.Cert, error) {
+func (mg *Manager) writePKI(rec *nodestate.Record, ca *pki.CA, crl []byte) (*pki.Cert, error) {
 	node, err := ca.Issue(rec.Node, mg.ips(), []string{rec.Node, "localhost"}, time.Now())
 	if err != nil {
 		return nil, err
 	}
-	record, err := recordFile(mg.dataRecord(), rec)
+	record, err := nodestate.RecordFile(mg.dataRecord(), rec)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/borough-os/borough/internal/join"
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/lifecycle"
+	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/internal/ticket"
@@ -327,7 +328,7 @@ func promotedThenCut(t *testing.T, ctx context.Context, cl *clientv3.Client, own
 	dir := t.TempDir()
 	node := startJoiner(t, dir, "127.0.0.5", tk, JoinStarted)
 	node.wait(t, "paused after "+JoinStarted)
-	rec, err := readRecord(dataRecordIn(dir))
+	rec, err := nodestate.ReadRecord(dataRecordIn(dir))
 	if err != nil || rec == nil {
 		t.Fatalf("the joining node's record: %v, %v", rec, err)
 	}
@@ -339,7 +340,7 @@ func promotedThenCut(t *testing.T, ctx context.Context, cl *clientv3.Client, own
 	node = startJoiner(t, dir, "127.0.0.5", tk, "")
 	node.wait(t, "node running cluster=unit")
 	node.kill()
-	again, err := readRecord(dataRecordIn(dir))
+	again, err := nodestate.ReadRecord(dataRecordIn(dir))
 	if err != nil || again == nil || again.MemberID == rec.MemberID {
 		t.Fatalf("the node's record after it started again: %+v, %v; want a new member", again, err)
 	}
@@ -348,7 +349,7 @@ func promotedThenCut(t *testing.T, ctx context.Context, cl *clientv3.Client, own
 		t.Fatal(err)
 	}
 	for _, m := range list.Members {
-		if hexID64(m.ID) == rec.MemberID {
+		if nodestate.HexID(m.ID) == rec.MemberID {
 			t.Errorf("the lost voter %s is still a member", rec.MemberID)
 		}
 	}
@@ -364,7 +365,7 @@ func isVoter(t *testing.T, ctx context.Context, cl *clientv3.Client, id string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return slices.ContainsFunc(list.Members, func(m *etcdserverpb.Member) bool { return hexID64(m.ID) == id && !m.IsLearner })
+	return slices.ContainsFunc(list.Members, func(m *etcdserverpb.Member) bool { return nodestate.HexID(m.ID) == id && !m.IsLearner })
 }
 
 // replayRemoved tries what a removed node m, which joined with tk, can
@@ -408,7 +409,7 @@ func replayRemoved(t *testing.T, ctx context.Context, m *member, tk *enrolmentpb
 
 // nodeName reads the node's name from its record.
 func (mg *Manager) nodeName(t testing.TB) string {
-	r, err := readRecord(mg.dataRecord())
+	r, err := nodestate.ReadRecord(mg.dataRecord())
 	if err != nil || r == nil {
 		t.Fatalf("reading the node state record: %v", err)
 	}

@@ -2,43 +2,28 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
-	"github.com/borough-os/borough/internal/ports"
+	"github.com/borough-os/borough/internal/nodestate"
 )
 
-// The member directory is the node's own list of the cluster's members
-// and their last peer URLs, kept on the ESP and the data volume while the
-// member runs. A node that restarts reads it before etcd can tell it
-// anything: to ask its peers whether it is still a member (a node removed
-// while it was off must say so, not wait for a cluster that refuses it).
-
-// directory is the member directory.
-type directory struct {
-	Cluster string `json:"cluster"`
-	// Members maps member names to their peer URLs.
-	Members map[string][]string `json:"members"`
-}
-
+// dataDirectory is the member directory's path on the data volume; the
+// ESP's copy goes through the ledger.
 func (mg *Manager) dataDirectory() string {
 	return datavol.MemberDirectory.In(mg.cfg.DataRoot)
 }
 
 // readDirectory reads the data volume's directory, else the ESP's, which
 // the ledger checks (package espledger).
-func (mg *Manager) readDirectory() (*directory, error) {
+func (mg *Manager) readDirectory() (*nodestate.Directory, error) {
 	var errs []error
 	for _, read := range []struct {
 		name string
@@ -52,12 +37,12 @@ func (mg *Manager) readDirectory() (*directory, error) {
 			errs = append(errs, err)
 			continue
 		}
-		var d directory
-		if err := json.Unmarshal(b, &d); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", read.name, err))
+		d, err := nodestate.ParseDirectory(read.name, b)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		return &d, nil
+		return d, nil
 	}
 	return nil, errors.Join(errs...)
 }
@@ -65,15 +50,15 @@ func (mg *Manager) readDirectory() (*directory, error) {
 // keepDirectory writes the directory whenever the membership changes,
 // until ctx ends.
 func (mg *Manager) keepDirectory(ctx context.Context, c *consensus.Consensus, cluster string) {
-	var last *directory
+	var last *nodestate.Directory
 	for {
-		d := &directory{Cluster: cluster, Members: map[string][]string{}}
+		d := &nodestate.Directory{Cluster: cluster, Members: map[string][]string{}}
 		for _, m := range c.Members() {
 			if m.Name != "" {
 				d.Members[m.Name] = slices.Clone(m.PeerURLs)
 			}
 		}
-		if last == nil || !sameDirectory(last, d) {
+		if last == nil || !last.Same(d) {
 			if err := mg.writeDirectory(d); err != nil {
 				mg.log.Warn("writing the member directory", "err", err)
 			} else {
@@ -88,20 +73,9 @@ func (mg *Manager) keepDirectory(ctx context.Context, c *consensus.Consensus, cl
 	}
 }
 
-func sameDirectory(a, b *directory) bool {
-	if len(a.Members) != len(b.Members) {
-		return false
-	}
-	for name, urls := range a.Members {
-		if !slices.Equal(urls, b.Members[name]) {
-			return false
-		}
-	}
-	return true
-}
-
-func (mg *Manager) writeDirectory(d *directory) error {
-	b, err := json.MarshalIndent(d, "", "  ")
+// writeDirectory writes d to the data volume, then to the ESP.
+func (mg *Manager) writeDirectory(d *nodestate.Directory) error {
+	b, err := d.Marshal()
 	if err != nil {
 		return err
 	}
@@ -109,22 +83,4 @@ func (mg *Manager) writeDirectory(d *directory) error {
 		return fmt.Errorf("writing the member directory: %w", err)
 	}
 	return mg.cfg.Ledger.Write(map[esp.File][]byte{esp.MemberDirectory: b})
-}
-
-// peerEndpoints are the join endpoints of the directory's members other
-// than self.
-func (d *directory) peerEndpoints(self string) []string {
-	var out []string
-	for name, urls := range d.Members {
-		if name == self {
-			continue
-		}
-		for _, u := range urls {
-			if pu, err := url.Parse(u); err == nil {
-				out = append(out, net.JoinHostPort(pu.Hostname(), strconv.Itoa(ports.Join)))
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
 }

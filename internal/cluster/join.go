@@ -20,6 +20,7 @@ import (
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/join"
+	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 	"github.com/borough-os/borough/proto/enrolmentpb"
@@ -38,14 +39,14 @@ import (
 // there only ever stops the node or skips a check the later boot steps
 // make with the checked record, never grants anything.
 func Preflight(ctx context.Context, log *slog.Logger, espRoot string, e *enrolment.Enrolment) error {
-	rec, err := readRecord(esp.NodeState.In(espRoot))
+	rec, err := nodestate.ReadRecord(esp.NodeState.In(espRoot))
 	switch {
-	case errors.Is(err, errDamaged):
+	case errors.Is(err, nodestate.ErrDamaged):
 		// The data volume's record will decide (decide).
 		return nil
 	case err != nil:
 		return err
-	case rec != nil && rec.Phase == PhaseRemoved:
+	case rec != nil && rec.Phase == nodestate.PhaseRemoved:
 		// Its peers would not give it its unlock key anyway.
 		return &consensus.RemovedError{Cluster: rec.Cluster}
 	case rec != nil || e.Ticket == nil:
@@ -71,12 +72,12 @@ func refused(err error) bool {
 // starts: it is written in one batch with the certificate the cluster
 // issued, so that a power cut anywhere after the admission leaves a
 // record that says whose write-ahead log etcd's directory may hold.
-func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus, *Record, error) {
+func (mg *Manager) join(ctx context.Context, prev *nodestate.Record) (*consensus.Consensus, *nodestate.Record, error) {
 	t := mg.cfg.Enrolment.Ticket
 	rec := prev
 	var dir consensus.DataDir
 	if rec == nil {
-		rec = &Record{Phase: PhaseJoining, Cluster: t.GetClusterName(), Node: newName()}
+		rec = &nodestate.Record{Phase: nodestate.PhaseJoining, Cluster: t.GetClusterName(), Node: newName()}
 		if err := mg.writeRecords(rec); err != nil {
 			return nil, nil, err
 		}
@@ -138,14 +139,14 @@ func (mg *Manager) join(ctx context.Context, prev *Record) (*consensus.Consensus
 // node cannot tell it is not a voter's, whose log is never removed.
 // Anything else is removed once the cluster has admitted the node again
 // (join).
-func (mg *Manager) unfinished(ctx context.Context, rec *Record) (*consensus.Consensus, consensus.DataDir, error) {
+func (mg *Manager) unfinished(ctx context.Context, rec *nodestate.Record) (*consensus.Consensus, consensus.DataDir, error) {
 	dir, err := consensus.Inspect(mg.etcdDir())
 	switch {
 	case err != nil:
 		return nil, dir, fmt.Errorf("checking etcd's data directory before finishing the join: %w", err)
 	case !dir.WAL:
 		return nil, dir, nil
-	case rec.MemberID == "" || hexID64(dir.MemberID) != rec.MemberID:
+	case rec.MemberID == "" || nodestate.HexID(dir.MemberID) != rec.MemberID:
 		return nil, dir, fmt.Errorf("etcd's data directory %s holds the log of member %x, "+
 			"but the node state record says this node was admitted as member %q: not starting etcd on it",
 			mg.etcdDir(), dir.MemberID, rec.MemberID)
@@ -175,7 +176,7 @@ func (mg *Manager) unfinished(ctx context.Context, rec *Record) (*consensus.Cons
 // records that it was, once the refusal shows the owner's word for it
 // (join.Refusal.CheckRemoved); without it the join fails, and the next
 // boot asks again.
-func (mg *Manager) askToJoin(ctx context.Context, rec *Record, key crypto.Signer, replace bool) (*joinpb.JoinResponse, error) {
+func (mg *Manager) askToJoin(ctx context.Context, rec *nodestate.Record, key crypto.Signer, replace bool) (*joinpb.JoinResponse, error) {
 	t := mg.cfg.Enrolment.Ticket
 	csr, err := pki.NewCSR(rec.Node, mg.ips(), key)
 	if err != nil {
@@ -198,7 +199,7 @@ func (mg *Manager) askToJoin(ctx context.Context, rec *Record, key crypto.Signer
 	if err != nil {
 		return nil, fmt.Errorf("joining cluster %s: %w", t.GetClusterName(), err)
 	}
-	id := hexID64(resp.GetMemberId())
+	id := nodestate.HexID(resp.GetMemberId())
 	if rec.MemberID != "" && rec.MemberID != id {
 		mg.log.Info("admitted again as a new member", "member", id, "was", rec.MemberID)
 	}
@@ -238,7 +239,7 @@ func (mg *Manager) nodeKey() (crypto.Signer, error) {
 // writeJoinPKI writes the PKI files from the cluster's answer, in one
 // batch with the data volume's record rec, which names the member the
 // cluster admitted.
-func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer, rec *Record) error {
+func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer, rec *nodestate.Record) error {
 	ca, err := x509.ParseCertificate(resp.GetCaCertificate())
 	if err != nil {
 		return err
@@ -260,7 +261,7 @@ func (mg *Manager) writeJoinPKI(resp *joinpb.JoinResponse, key crypto.Signer, re
 		}
 		b.Admission = resp.GetAdmission()
 	}
-	record, err := recordFile(mg.dataRecord(), rec)
+	record, err := nodestate.RecordFile(mg.dataRecord(), rec)
 	if err != nil {
 		return err
 	}

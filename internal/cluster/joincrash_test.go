@@ -26,6 +26,7 @@ import (
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/lifecycle"
+	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/proto/enrolmentpb"
 )
 
@@ -290,7 +291,7 @@ func (j *joinCrashCluster) run(t *testing.T, c joinCrash, ip string, bySnapshot 
 			t.Fatal(err)
 		}
 	}
-	rec, err := readRecord(dataRecordIn(dir))
+	rec, err := nodestate.ReadRecord(dataRecordIn(dir))
 	if err != nil || rec == nil {
 		t.Fatalf("the node state record after the cut: %v, %v", rec, err)
 	}
@@ -323,15 +324,15 @@ func dataRecordIn(dir string) string {
 // checkJoined checks that the node in dir is a member whose record, log
 // and the cluster agree, then removes it.
 func (j *joinCrashCluster) checkJoined(t *testing.T, dir string) {
-	rec, err := readRecord(dataRecordIn(dir))
-	if err != nil || rec == nil || rec.Phase != PhaseMember {
+	rec, err := nodestate.ReadRecord(dataRecordIn(dir))
+	if err != nil || rec == nil || rec.Phase != nodestate.PhaseMember {
 		t.Fatalf("the node state record: %+v, %v; want a member's", rec, err)
 	}
 	d, err := consensus.Inspect(filepath.Join(dir, "data", "etcd"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !d.WAL || hexID64(d.MemberID) != rec.MemberID {
+	if !d.WAL || nodestate.HexID(d.MemberID) != rec.MemberID {
 		t.Errorf("etcd's log names member %x (log: %v), the record %s", d.MemberID, d.WAL, rec.MemberID)
 	}
 	list, err := j.cl.MemberList(j.ctx)
@@ -340,7 +341,7 @@ func (j *joinCrashCluster) checkJoined(t *testing.T, dir string) {
 	}
 	var ids []string
 	for _, m := range list.Members {
-		ids = append(ids, hexID64(m.ID))
+		ids = append(ids, nodestate.HexID(m.ID))
 	}
 	if len(ids) != 2 || !strings.Contains(strings.Join(ids, " "), rec.MemberID) {
 		t.Errorf("the cluster's members are %v, want the leader and %s", ids, rec.MemberID)
@@ -354,8 +355,8 @@ func (j *joinCrashCluster) checkJoined(t *testing.T, dir string) {
 // checkRemoved checks that the node in dir recorded its removal and that
 // the cluster has no member left of it.
 func (j *joinCrashCluster) checkRemoved(t *testing.T, dir string) {
-	rec, err := readRecord(dataRecordIn(dir))
-	if err != nil || rec == nil || rec.Phase != PhaseRemoved {
+	rec, err := nodestate.ReadRecord(dataRecordIn(dir))
+	if err != nil || rec == nil || rec.Phase != nodestate.PhaseRemoved {
 		t.Errorf("the node state record: %+v, %v; want a removed node's", rec, err)
 	}
 	j.checkAlone(t)

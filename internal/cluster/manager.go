@@ -25,6 +25,7 @@ import (
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/join"
 	"github.com/borough-os/borough/internal/lifecycle"
+	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/supervisor"
@@ -180,7 +181,7 @@ func (mg *Manager) Run(ctx context.Context) error {
 // raft timing when it was started alone and the cluster grows past one
 // voter (consensus.ErrRetime), or to trust a new owner (errHandedOver) or
 // the owner's applications (errApplications).
-func (mg *Manager) serveRestarting(ctx context.Context, c *consensus.Consensus, rec *Record) error {
+func (mg *Manager) serveRestarting(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) error {
 	for {
 		err := mg.serve(ctx, c, rec)
 		switch {
@@ -207,7 +208,7 @@ func (mg *Manager) serveRestarting(ctx context.Context, c *consensus.Consensus, 
 // service has returned: a member restarted with the cluster's timing
 // starts its services after the old ones have stopped, so that two
 // escrow loops never write the ESP at once.
-func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *Record) error {
+func (mg *Manager) serve(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) error {
 	mg.serving.Store(c)
 	defer mg.serving.Store(nil)
 	js := &join.Server{Client: c.Client, PKI: mg.pkiFiles(), Log: mg.log.With("service", "join")}
@@ -272,31 +273,31 @@ func (mg *Manager) spendTicket() {
 
 // removed records that the cluster removed the node and fails it for
 // good.
-func (mg *Manager) removed(rec *Record) error {
+func (mg *Manager) removed(rec *nodestate.Record) error {
 	mg.life.Fail(mg.recordRemoval(rec))
 	return nil
 }
 
 // recordRemoval records in the node state records that the cluster
 // removed the node, and returns the error that says so.
-func (mg *Manager) recordRemoval(rec *Record) error {
-	rec.Phase = PhaseRemoved
+func (mg *Manager) recordRemoval(rec *nodestate.Record) error {
+	rec.Phase = nodestate.PhaseRemoved
 	if err := mg.writeRecords(rec); err != nil {
 		mg.log.Warn("recording the removal", "err", err)
 	}
 	return &consensus.RemovedError{Cluster: rec.Cluster}
 }
 
-func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *Record, error) {
+func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *nodestate.Record, error) {
 	espRec, err := mg.readESPRecord()
-	espDamaged := errors.Is(err, errDamaged)
+	espDamaged := errors.Is(err, nodestate.ErrDamaged)
 	switch {
 	case espDamaged:
 		mg.log.Warn("the node state record on the ESP is damaged; the data volume's record decides", "err", err)
 	case err != nil:
 		return nil, nil, err
 	}
-	dataRec, err := readRecord(mg.dataRecord())
+	dataRec, err := nodestate.ReadRecord(mg.dataRecord())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -353,8 +354,8 @@ func (mg *Manager) alone(name string, mode consensus.Mode) bool {
 }
 
 // writeRecords writes rec to the data volume, then to the ESP.
-func (mg *Manager) writeRecords(rec *Record) error {
-	if err := writeRecord(mg.dataRecord(), rec); err != nil {
+func (mg *Manager) writeRecords(rec *nodestate.Record) error {
+	if err := nodestate.WriteRecord(mg.dataRecord(), rec); err != nil {
 		return err
 	}
 	return mg.writeESPRecord(rec)
@@ -362,18 +363,18 @@ func (mg *Manager) writeRecords(rec *Record) error {
 
 // readESPRecord reads the ESP's node state record through the ledger: a
 // copy the ledger refuses is damaged, and the data volume's decides.
-func (mg *Manager) readESPRecord() (*Record, error) {
+func (mg *Manager) readESPRecord() (*nodestate.Record, error) {
 	b, err := mg.cfg.Ledger.Read(esp.NodeState)
 	if r := (*espledger.Refused)(nil); errors.As(err, &r) {
-		return nil, fmt.Errorf("node state record %s: %w: %w", esp.NodeState, errDamaged, err)
+		return nil, fmt.Errorf("node state record %s: %w: %w", esp.NodeState, nodestate.ErrDamaged, err)
 	}
-	return parseRecord(string(esp.NodeState), b, err)
+	return nodestate.ParseRecord(string(esp.NodeState), b, err)
 }
 
 // writeESPRecord writes rec to the ESP through the ledger, unless the
 // ESP holds it already.
-func (mg *Manager) writeESPRecord(rec *Record) error {
-	f, err := recordFile(string(esp.NodeState), rec)
+func (mg *Manager) writeESPRecord(rec *nodestate.Record) error {
+	f, err := nodestate.RecordFile(string(esp.NodeState), rec)
 	if err != nil {
 		return err
 	}
@@ -384,10 +385,10 @@ func (mg *Manager) writeESPRecord(rec *Record) error {
 }
 
 // member records the started member in the node state record.
-func (mg *Manager) member(rec *Record, c *consensus.Consensus) error {
-	rec.Phase = PhaseMember
-	rec.ClusterID = hexID64(c.ClusterID())
-	rec.MemberID = hexID64(c.MemberID())
+func (mg *Manager) member(rec *nodestate.Record, c *consensus.Consensus) error {
+	rec.Phase = nodestate.PhaseMember
+	rec.ClusterID = nodestate.HexID(c.ClusterID())
+	rec.MemberID = nodestate.HexID(c.MemberID())
 	return mg.writeRecords(rec)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/supervisor"
 )
@@ -36,7 +37,7 @@ const handOverStagger = 10 * time.Second
 // key, and etcd restarts in the node's turn to trust them. A hand-over
 // any member could have made (not signed by the node's owner, or
 // numbered no higher than the last it took) is passed over, saying why.
-func (mg *Manager) followOwner(ctx context.Context, c *consensus.Consensus, rec *Record) error {
+func (mg *Manager) followOwner(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) error {
 	return mg.retrust(ctx, c, rec, trustChange{
 		what: "the new owner", why: errHandedOver, key: keyspace.Successions, prefix: true,
 		take: func(ctx context.Context) (bool, error) { return mg.takeHandOvers(ctx, c, rec) },
@@ -59,7 +60,7 @@ type trustChange struct {
 // retrust takes ch as etcd has it and at each change of it, in a cluster
 // with an owner, until the client port's trust changes; then etcd
 // restarts, in the node's turn.
-func (mg *Manager) retrust(ctx context.Context, c *consensus.Consensus, rec *Record, ch trustChange) error {
+func (mg *Manager) retrust(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record, ch trustChange) error {
 	if owner, err := mg.pkiFiles().LoadOwner(); owner == nil || err != nil {
 		<-ctx.Done()
 		return err
@@ -93,7 +94,7 @@ func (mg *Manager) retrust(ctx context.Context, c *consensus.Consensus, rec *Rec
 
 // takeHandOvers takes the hand-overs etcd holds that follow from the
 // node's owner, and says whether it took any.
-func (mg *Manager) takeHandOvers(ctx context.Context, c *consensus.Consensus, rec *Record) (bool, error) {
+func (mg *Manager) takeHandOvers(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) (bool, error) {
 	f := mg.pkiFiles()
 	owner, err := f.LoadOwner()
 	if err != nil {
@@ -139,7 +140,7 @@ func (mg *Manager) takeHandOvers(ctx context.Context, c *consensus.Consensus, re
 
 // admissionBy is the node's admission by owner, from its record in etcd,
 // which the owner's tool rewrote with the hand-over.
-func (mg *Manager) admissionBy(ctx context.Context, c *consensus.Consensus, rec *Record, owner *x509.Certificate) ([]byte, error) {
+func (mg *Manager) admissionBy(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record, owner *x509.Certificate) ([]byte, error) {
 	id, err := mg.Identity()
 	if err != nil {
 		return nil, err

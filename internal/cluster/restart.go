@@ -8,11 +8,12 @@ import (
 
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/join"
+	"github.com/borough-os/borough/internal/nodestate"
 )
 
 // restart starts the member from its data. The cluster is the record's:
 // an enrolment config applies only to a node's first boot.
-func (mg *Manager) restart(ctx context.Context, rec *Record) (*consensus.Consensus, error) {
+func (mg *Manager) restart(ctx context.Context, rec *nodestate.Record) (*consensus.Consensus, error) {
 	if name := mg.cfg.Enrolment.ClusterName; name != rec.Cluster {
 		mg.log.Warn("the enrolment config names cluster "+name+", but this node is a member of "+rec.Cluster+
 			"; an enrolment config applies only to a node's first boot", "cluster", rec.Cluster)
@@ -25,7 +26,7 @@ func (mg *Manager) restart(ctx context.Context, rec *Record) (*consensus.Consens
 	if err != nil {
 		return nil, err
 	}
-	if id := hexID64(c.ClusterID()); id != rec.ClusterID {
+	if id := nodestate.HexID(c.ClusterID()); id != rec.ClusterID {
 		c.Close()
 		return nil, fmt.Errorf("etcd's data is of cluster %s, the node state record says %s", id, rec.ClusterID)
 	}
@@ -56,7 +57,7 @@ const statusAfter = 10 * time.Second
 // has not yet revoked the node tells it it was removed. A removal, said
 // so or seen by etcd as it starts, is recorded in the node state records
 // (recordRemoval), and the error says it.
-func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Consensus, error) {
+func (mg *Manager) startMember(ctx context.Context, rec *nodestate.Record) (*consensus.Consensus, error) {
 	c, err := mg.startOrRemoved(ctx, rec)
 	for errors.Is(err, errRecovering) {
 		c, err = mg.startOrRemoved(ctx, rec)
@@ -72,7 +73,7 @@ func (mg *Manager) startMember(ctx context.Context, rec *Record) (*consensus.Con
 }
 
 // startOrRemoved is startMember before it records a removal.
-func (mg *Manager) startOrRemoved(ctx context.Context, rec *Record) (*consensus.Consensus, error) {
+func (mg *Manager) startOrRemoved(ctx context.Context, rec *nodestate.Record) (*consensus.Consensus, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -209,7 +210,7 @@ func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
 func (mg *Manager) statusEndpoints(self string) ([]string, error) {
 	d, err := mg.readDirectory()
 	if err == nil {
-		return d.peerEndpoints(self), nil
+		return d.PeerEndpoints(self), nil
 	}
 	if t := mg.cfg.Enrolment.Ticket; t != nil {
 		return t.GetJoinEndpoints(), nil

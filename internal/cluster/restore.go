@@ -18,6 +18,7 @@ import (
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/enrolment"
 	"github.com/borough-os/borough/internal/keyspace"
+	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
 )
@@ -55,7 +56,7 @@ type received struct {
 
 // restore creates cluster from the backup the owner sends, as member
 // name.
-func (mg *Manager) restore(ctx context.Context, cluster, name string) (*consensus.Consensus, *Record, error) {
+func (mg *Manager) restore(ctx context.Context, cluster, name string) (*consensus.Consensus, *nodestate.Record, error) {
 	if mg.cfg.Enrolment.Spent() {
 		return nil, nil, fmt.Errorf("the enrolment config's backup was restored already (its first node's ticket is erased): %w", enrolment.ErrSpent)
 	}
@@ -68,7 +69,7 @@ func (mg *Manager) restore(ctx context.Context, cluster, name string) (*consensu
 	if err != nil {
 		return nil, nil, fmt.Errorf("the backup: %w", err)
 	}
-	rec := &Record{Phase: PhaseBootstrapping, Cluster: cluster, Node: name}
+	rec := &nodestate.Record{Phase: nodestate.PhaseBootstrapping, Cluster: cluster, Node: name}
 	cfg := mg.consensusConfig(name, cluster, consensus.ModeNew)
 	if err := consensus.Restore(cfg, got.snapshot); err != nil {
 		return nil, nil, err

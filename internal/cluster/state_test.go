@@ -1,14 +1,11 @@
 package cluster
 
 import (
-	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -16,20 +13,21 @@ import (
 	"github.com/borough-os/borough/internal/console"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/lifecycle"
+	"github.com/borough-os/borough/internal/nodestate"
 )
 
 func TestDecide(t *testing.T) {
-	member := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
-	other := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c2", MemberID: "m1"}
-	booting := &Record{Phase: PhaseBootstrapping, Cluster: "prod", Node: "n1"}
-	joiningRec := &Record{Phase: PhaseJoining, Cluster: "prod", Node: "n1"}
-	removed := &Record{Phase: PhaseRemoved, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
+	member := &nodestate.Record{Phase: nodestate.PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
+	other := &nodestate.Record{Phase: nodestate.PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c2", MemberID: "m1"}
+	booting := &nodestate.Record{Phase: nodestate.PhaseBootstrapping, Cluster: "prod", Node: "n1"}
+	joiningRec := &nodestate.Record{Phase: nodestate.PhaseJoining, Cluster: "prod", Node: "n1"}
+	removed := &nodestate.Record{Phase: nodestate.PhaseRemoved, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
 	for _, tc := range []struct {
 		name       string
-		esp, data  *Record
+		esp, data  *nodestate.Record
 		joining    bool
 		want       lifecycle.State
-		wantRecord *Record
+		wantRecord *nodestate.Record
 		wantReason string
 	}{
 		{"fresh", nil, nil, false, lifecycle.CreatingCluster, nil, ""},
@@ -67,11 +65,11 @@ func TestDecide(t *testing.T) {
 // TestDecideDamagedESP: a damaged ESP record never outranks the data
 // volume's, and alone it stops the node.
 func TestDecideDamagedESP(t *testing.T) {
-	member := &Record{Phase: PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
-	booting := &Record{Phase: PhaseBootstrapping, Cluster: "prod", Node: "n1"}
+	member := &nodestate.Record{Phase: nodestate.PhaseMember, Cluster: "prod", Node: "n1", ClusterID: "c1", MemberID: "m1"}
+	booting := &nodestate.Record{Phase: nodestate.PhaseBootstrapping, Cluster: "prod", Node: "n1"}
 	for _, tc := range []struct {
 		name    string
-		data    *Record
+		data    *nodestate.Record
 		joining bool
 		want    lifecycle.State
 	}{
@@ -85,55 +83,6 @@ func TestDecideDamagedESP(t *testing.T) {
 				t.Errorf("decide = %+v, want %s", d, tc.want)
 			}
 		})
-	}
-}
-
-func TestRecordRoundTrip(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "dir", "state.json")
-	if r, err := readRecord(path); r != nil || err != nil {
-		t.Errorf("readRecord of a missing file = %v, %v", r, err)
-	}
-	want := &Record{Phase: PhaseMember, Cluster: "prod", Node: "node-0a1b2c3d", ClusterID: "8c94d1f80cf5a3e2", MemberID: "f2534c996fbe3a78"}
-	if err := writeRecord(path, want); err != nil {
-		t.Fatal(err)
-	}
-	got, err := readRecord(path)
-	if err != nil || !cmp.Equal(got, want) {
-		t.Errorf("readRecord = %+v, %v, want %+v", got, err, want)
-	}
-	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
-		t.Error("a temporary file was left behind")
-	}
-	// Dated back, so that a rewrite shows whatever the clock's grain.
-	written := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
-	if err := os.Chtimes(path, written, written); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeRecord(path, want); err != nil {
-		t.Fatal(err)
-	}
-	if again, err := os.Stat(path); err != nil || !again.ModTime().Equal(written) {
-		t.Errorf("writing the same record again rewrote the file (%v)", err)
-	}
-	good, _ := os.ReadFile(path)
-	for _, tc := range []struct {
-		name, content string
-		damaged       bool
-	}{
-		{"garbage", "{", true},
-		{"torn", string(good[:len(good)/2]), true},
-		{"empty", "", true},
-		{"version", `{"version":9}`, false},
-		{"bad phase", strings.Replace(string(good), `"member"`, `"leader"`, 1), true},
-		{"bad cluster", strings.Replace(string(good), `"prod"`, `"prod --force-new-cluster"`, 1), true},
-		{"bad node", strings.Replace(string(good), `"node-0a1b2c3d"`, `"../etc"`, 1), true},
-		{"bad ID", strings.Replace(string(good), `"8c94d1f80cf5a3e2"`, `"zz"`, 1), true},
-		{"member without IDs", strings.Replace(string(good), `"8c94d1f80cf5a3e2"`, `""`, 1), true},
-	} {
-		os.WriteFile(path, []byte(tc.content), 0o600)
-		if _, err := readRecord(path); err == nil || errors.Is(err, errDamaged) != tc.damaged {
-			t.Errorf("readRecord of %s = %v, want an error (damaged: %v)", tc.name, err, tc.damaged)
-		}
 	}
 }
 
@@ -163,7 +112,7 @@ func TestAlone(t *testing.T) {
 				Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"))}, lifecycle.Start(log))
 			mg.retimed = tc.retimed
 			if tc.directory != nil {
-				d := &directory{Cluster: "prod", Members: map[string][]string{}}
+				d := &nodestate.Directory{Cluster: "prod", Members: map[string][]string{}}
 				for _, n := range tc.directory {
 					d.Members[n] = []string{"https://10.0.0.1:2380"}
 				}

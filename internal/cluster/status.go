@@ -12,10 +12,11 @@ import (
 
 	"github.com/borough-os/borough/internal/keyspace"
 	"github.com/borough-os/borough/internal/lifecycle"
+	"github.com/borough-os/borough/internal/nodestate"
 )
 
 // started records the node's names and its member's client for Healthy.
-func (mg *Manager) started(rec *Record, c *clientv3.Client) {
+func (mg *Manager) started(rec *nodestate.Record, c *clientv3.Client) {
 	mg.life.Named(rec.Cluster, rec.Node)
 	mg.clientMu.Lock()
 	defer mg.clientMu.Unlock()

@@ -39,14 +39,17 @@ func TestReadRecord(t *testing.T) {
 	for _, tc := range []struct {
 		name, content, want string
 	}{
-		{"member", `{"version":1,"phase":"member","cluster":"prod","node":"node-0a1b2c3d"}`, ""},
-		{"bad node", `{"cluster":"prod","node":"../x"}`, "names cluster"},
-		{"bad cluster", `{"cluster":"Prod X","node":"node-0a1b2c3d"}`, "names cluster"},
+		{"member", `{"version":1,"phase":"member","cluster":"prod","node":"node-0a1b2c3d","cluster_id":"c1","member_id":"a1"}`, ""},
+		{"bad node", `{"version":1,"phase":"joining","cluster":"prod","node":"../x"}`, `node "../x" is not a node name`},
+		{"bad cluster", `{"version":1,"phase":"joining","cluster":"Prod X","node":"node-0a1b2c3d"}`, `cluster "Prod X" is not a cluster name`},
 		{"torn", `{"cluster":"pr`, "unexpected end"},
+		{"none", "", "file does not exist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			write(t, root, esp.NodeState, []byte(tc.content))
+			if tc.content != "" {
+				write(t, root, esp.NodeState, []byte(tc.content))
+			}
 			r, err := readRecord(espledger.Unauthenticated(root))
 			if tc.want == "" {
 				if err != nil || r.Node != "node-0a1b2c3d" {
@@ -178,7 +181,7 @@ func TestSayIfMoved(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			write(t, root, esp.NodeState, []byte(`{"version":1,"phase":"member","cluster":"prod","node":"node-0a1b2c3d"}`))
+			write(t, root, esp.NodeState, []byte(`{"version":1,"phase":"member","cluster":"prod","node":"node-0a1b2c3d","cluster_id":"c1","member_id":"a1"}`))
 			var log strings.Builder
 			k := &Keeper{ESPRoot: root, Ledger: espledger.Unauthenticated(root), Log: slog.New(slog.NewTextHandler(&log, nil)),
 				IP: netip.MustParseAddr(tc.ip)}

@@ -24,6 +24,7 @@ import (
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/escrow"
 	"github.com/borough-os/borough/internal/espledger"
+	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/seals"
@@ -370,26 +371,15 @@ func parseEscrow(b []byte, err error) (*escrow.Escrow, error) {
 	return &e, nil
 }
 
-// record is what this package reads of the node state record on the ESP
-// (internal/cluster writes it).
-type record struct {
-	Cluster string `json:"cluster"`
-	Node    string `json:"node"`
-}
-
-func readRecord(l *espledger.Ledger) (*record, error) {
+// readRecord reads the node state record on the ESP (package nodestate;
+// the cluster manager writes it), as the node's own.
+func readRecord(l *espledger.Ledger) (*nodestate.Record, error) {
 	b, err := l.ReadOwn(esp.NodeState)
-	if err != nil {
-		return nil, err
+	r, err := nodestate.ParseRecord(string(esp.NodeState), b, err)
+	if err == nil && r == nil {
+		err = fmt.Errorf("%s: %w", esp.NodeState, os.ErrNotExist)
 	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, err
-	}
-	if !pki.IsClusterName(r.Cluster) || !pki.IsNodeName(r.Node) {
-		return nil, fmt.Errorf("%s names cluster %q and node %q", esp.NodeState, r.Cluster, r.Node)
-	}
-	return &r, nil
+	return r, err
 }
 
 // readDirecting reads f, a file that only directs the node's requests
@@ -417,11 +407,9 @@ func (k *Keeper) peerAddresses() (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the member directory: %w", err)
 	}
-	var d struct {
-		Members map[string][]string `json:"members"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, fmt.Errorf("%s: %w", esp.MemberDirectory, err)
+	d, err := nodestate.ParseDirectory(string(esp.MemberDirectory), b)
+	if err != nil {
+		return nil, err
 	}
 	return Responders(d.Members), nil
 }

@@ -164,7 +164,7 @@ func lockedESP(t *testing.T, self *peer, holders []*peer, cuk []byte) string {
 	}
 	write(t, root, esp.CUKEscrow, mustJSON(t, e))
 	write(t, root, esp.MemberDirectory, mustJSON(t, map[string]any{"members": dir}))
-	write(t, root, esp.NodeState, []byte(`{"version":1,"phase":"member","cluster":"prod","node":"`+self.name+`"}`))
+	write(t, root, esp.NodeState, []byte(`{"version":1,"phase":"member","cluster":"prod","node":"`+self.name+`","cluster_id":"c1","member_id":"a1"}`))
 	return root
 }
 

@@ -46,7 +46,7 @@ func TestResponderOutlivesTheMember(t *testing.T) {
 	if k.escrowKey, _, err = escrow.NewKey(); err != nil {
 		t.Fatal(err)
 	}
-	write(t, root, esp.NodeState, []byte(`{"version":1,"phase":"member","cluster":"prod","node":"node-0a1b2c3d"}`))
+	write(t, root, esp.NodeState, []byte(`{"version":1,"phase":"member","cluster":"prod","node":"node-0a1b2c3d","cluster_id":"c1","member_id":"a1"}`))
 	k.startResponder()
 	endMember()
 	<-member.Done()
