@@ -6,12 +6,11 @@ import (
 	"os"
 	"time"
 
-	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/spf13/cobra"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/enrolment"
-	"github.com/borough-os/borough/internal/partition"
 )
 
 func imageEnrolCommand() *cobra.Command {
@@ -25,7 +24,7 @@ func imageEnrolCommand() *cobra.Command {
 	}
 }
 
-func enrolImage(stdout io.Writer, image, config string) error {
+func enrolImage(stdout io.Writer, img, config string) error {
 	b, err := os.ReadFile(config)
 	if err != nil {
 		return err
@@ -37,36 +36,9 @@ func enrolImage(stdout io.Writer, image, config string) error {
 	if err := checkTicketLife(e, time.Now()); err != nil {
 		return fmt.Errorf("%s: %w", config, err)
 	}
-	if err := writeESPFile(image, esp.EnrolmentConfig, b); err != nil {
+	if err := image.WriteESPFile(img, esp.EnrolmentConfig, b); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s to the ESP of %s\n", esp.EnrolmentConfig, image)
+	fmt.Fprintf(stdout, "wrote %s to the ESP of %s\n", esp.EnrolmentConfig, img)
 	return nil
-}
-
-// writeESPFile writes b as f into the ESP of a disk image (or disk),
-// without mounting it.
-func writeESPFile(image string, f esp.File, b []byte) error {
-	index, _, err := findPartition(image, partition.ESPType)
-	if err != nil {
-		return err
-	}
-	d, err := diskfs.Open(image, diskfs.WithOpenMode(diskfs.ReadWrite))
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", image, err)
-	}
-	defer d.Close()
-	fs, err := d.GetFilesystem(index)
-	if err != nil {
-		return fmt.Errorf("reading the ESP of %s: %w", image, err)
-	}
-	file, err := fs.OpenFile("/"+string(f), os.O_CREATE|os.O_RDWR|os.O_TRUNC)
-	if err != nil {
-		return fmt.Errorf("creating %s on the ESP: %w", f, err)
-	}
-	if _, err := file.Write(b); err != nil {
-		file.Close()
-		return fmt.Errorf("writing %s on the ESP: %w", f, err)
-	}
-	return file.Close()
 }

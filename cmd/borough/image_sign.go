@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/uki"
 	"github.com/borough-os/borough/internal/update"
@@ -33,8 +34,8 @@ newer than the one it runs only if the statement says --downgrade.`,
 }
 
 // signImage signs the release in image with the owner's key.
-func signImage(stdout io.Writer, image string, downgrade bool) error {
-	boot, payload, err := readRelease(image)
+func signImage(stdout io.Writer, img string, downgrade bool) error {
+	boot, payload, err := readRelease(img)
 	if err != nil {
 		return err
 	}
@@ -44,9 +45,9 @@ func signImage(stdout io.Writer, image string, downgrade bool) error {
 	}
 	statement, err := update.SignRelease(kp.Leaf, kp.PrivateKey.(crypto.Signer), boot, payload, downgrade)
 	if err != nil {
-		return fmt.Errorf("signing %s: %w", image, err)
+		return fmt.Errorf("signing %s: %w", img, err)
 	}
-	if err := writeESPFile(image, esp.ReleaseStatement, statement); err != nil {
+	if err := image.WriteESPFile(img, esp.ReleaseStatement, statement); err != nil {
 		return err
 	}
 	version, err := uki.VersionOf(boot)
@@ -57,6 +58,6 @@ func signImage(stdout io.Writer, image string, downgrade bool) error {
 	if downgrade {
 		how = ", downgrade allowed"
 	}
-	fmt.Fprintf(stdout, "signed version %s of %s as owner %s%s\n", version, image, pki.Fingerprint(kp.Leaf), how)
+	fmt.Fprintf(stdout, "signed version %s of %s as owner %s%s\n", version, img, pki.Fingerprint(kp.Leaf), how)
 	return nil
 }

@@ -2,28 +2,18 @@ package main
 
 import (
 	"crypto/ecdsa"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"maps"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	diskfs "github.com/diskfs/go-diskfs"
-	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/spf13/cobra"
 
-	"github.com/borough-os/borough/esp"
-	"github.com/borough-os/borough/internal/crypt"
-	"github.com/borough-os/borough/internal/escrow"
-	"github.com/borough-os/borough/internal/keyfile"
-	"github.com/borough-os/borough/internal/partition"
 	"github.com/borough-os/borough/internal/pki"
+	"github.com/borough-os/borough/internal/recovery"
 )
 
 func recoveryCommand() *cobra.Command {
@@ -61,50 +51,6 @@ func recoveryKeysCommand() *cobra.Command {
 	return c
 }
 
-// readESPFile reads f from the ESP of disk.
-func readESPFile(disk string, f esp.File) ([]byte, error) {
-	d, err := diskfs.Open(disk, diskfs.WithOpenMode(diskfs.ReadOnly))
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", disk, err)
-	}
-	defer d.Close()
-	espIndex, _, err := findPartition(disk, partition.ESPType)
-	if err != nil {
-		return nil, err
-	}
-	fs, err := d.GetFilesystem(espIndex)
-	if err != nil {
-		return nil, fmt.Errorf("reading the ESP of %s: %w", disk, err)
-	}
-	entries, err := fs.ReadDir(path.Dir(string(f)))
-	i := -1
-	if err == nil {
-		if i = slices.IndexFunc(entries, func(e iofs.DirEntry) bool { return e.Name() == path.Base(string(f)) }); i < 0 {
-			err = iofs.ErrNotExist
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s is not on the ESP: %w", f, err)
-	}
-	info, err := entries[i].Info()
-	if err != nil {
-		return nil, fmt.Errorf("reading %s from the ESP: %w", f, err)
-	}
-	file, err := fs.OpenFile("/"+string(f), os.O_RDONLY)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s from the ESP: %w", f, err)
-	}
-	// One read of the file's size: go-diskfs's FAT32 reader, past a
-	// first read that ends inside a cluster, returns the rest of that
-	// cluster, beyond the file's end (io.ReadAll read a 560-byte owner
-	// recovery record back as 768 bytes, which JSON refused).
-	b := make([]byte, info.Size())
-	if _, err := io.ReadFull(file, b); err != nil {
-		return nil, fmt.Errorf("reading %s from the ESP: %w", f, err)
-	}
-	return b, nil
-}
-
 // ownerKeys opens the keys the node on disk sealed to its owner.
 func ownerKeys(stdout io.Writer, disk, ownerKey, outDir string) error {
 	pemKey, err := readOwnerKey(ownerKey)
@@ -119,19 +65,11 @@ func ownerKeys(stdout io.Writer, disk, ownerKey, outDir string) error {
 	if !ok {
 		return fmt.Errorf("%s is a %T key, not the owner's ECDSA key", ownerKey, signer)
 	}
-	b, err := readESPFile(disk, esp.OwnerRecovery)
-	if err != nil {
-		return fmt.Errorf("%w (the node seals its keys for its owner once it runs in a cluster with one)", err)
-	}
-	var r escrow.OwnerRecovery
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("%s: %w", esp.OwnerRecovery, err)
-	}
-	luk, cuk, err := r.Open(key)
+	keys, r, err := recovery.OwnerKeys(disk, key)
 	if err != nil {
 		return err
 	}
-	if err := writeKeys(stdout, outDir, map[string][]byte{"luk.key": luk, "cuk.key": cuk}); err != nil {
+	if err := writeKeys(stdout, outDir, keys); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "keys of %s in cluster %s\n", r.Node, r.Cluster)
@@ -139,33 +77,10 @@ func ownerKeys(stdout io.Writer, disk, ownerKey, outDir string) error {
 }
 
 func copyKeys(stdout io.Writer, disk, outDir string) error {
-	keys := make(map[string][]byte)
-	// The CUK first: if the cluster keeps it, that is what to say.
-	for _, k := range []struct {
-		name string
-		f    esp.File
-	}{{"cuk.key", esp.ClusterKeyEscrow}, {"luk.key", esp.SealedLocalKey}} {
-		name, f := k.name, k.f
-		b, err := readESPFile(disk, f)
-		if errors.Is(err, iofs.ErrNotExist) && f == esp.ClusterKeyEscrow {
-			if _, lerr := readESPFile(disk, esp.SealedLocalKey); errors.Is(lerr, iofs.ErrNotExist) {
-				return fmt.Errorf("%s holds no unlock keys: its node never made a data volume (it has not booted, or it was reset), so there is nothing to recover", disk)
-			}
-			return fmt.Errorf("%w: the cluster keeps this node's cluster unlock key; its owner opens the disk with --owner-key", err)
-		}
-		if err != nil {
-			return err
-		}
-		key, err := keyfile.ClearKey(b)
-		if errors.Is(err, keyfile.ErrKeySealed) {
-			return fmt.Errorf("%s: %w; unseal it on the node's own machine", f, err)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		keys[name] = key
+	keys, err := recovery.ClearKeys(disk)
+	if err != nil {
+		return err
 	}
-	// Both keys or none: one alone opens nothing.
 	return writeKeys(stdout, outDir, keys)
 }
 
@@ -206,69 +121,16 @@ func volumeKey(stdout io.Writer, device, lukPath, cukPath, out string) error {
 	if err != nil {
 		return fmt.Errorf("reading cluster unlock key: %w", err)
 	}
-	// A whole disk or image has a GPT with the data partition on it; a
-	// partition does not.
-	var start int64
-	if _, p, err := findPartition(device, partition.DataType); err == nil {
-		start = int64(p.Start) * 512
-	}
-	f, err := os.Open(device)
+	key, offset, err := recovery.VolumeKey(device, luk, cuk)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	state, header, err := crypt.Probe(io.NewSectionReader(f, start, 1<<62))
-	if err != nil {
-		return fmt.Errorf("%s: %w", device, err)
-	}
-	if state != crypt.StateFormatted {
-		return fmt.Errorf("%s holds no Borough data volume (it is %s)", device, state)
-	}
-	key, err := header.VolumeKey(luk, cuk)
-	if err != nil {
-		return fmt.Errorf("%s: %w", device, err)
 	}
 	if err := writeSecret(out, key); err != nil {
 		return err
 	}
-	offset := start/512 + crypt.DataOffset
 	fmt.Fprintf(stdout, "wrote the volume key to %s; open the volume with:\n", out)
-	fmt.Fprintln(stdout, strings.Join(CryptsetupArgs(out, device, offset), " "))
+	fmt.Fprintln(stdout, strings.Join(recovery.CryptsetupArgs(out, device, offset), " "))
 	return nil
-}
-
-// CryptsetupArgs is the standard command that opens a Borough volume whose
-// ciphertext starts offset sectors into device.
-func CryptsetupArgs(keyFile, device string, offset int64) []string {
-	return []string{"cryptsetup", "open", "--type", "plain", "--cipher", crypt.Cipher,
-		"--key-size", fmt.Sprint(crypt.KeySize * 8), "--key-file", keyFile,
-		"--offset", fmt.Sprint(offset), device, "borough-data"}
-}
-
-// findPartition returns the number and entry of the partition of type typ
-// on the GPT disk or image at path.
-func findPartition(path, typ string) (int, *gpt.Partition, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer f.Close()
-	table, err := gpt.Read(f, 512, 512)
-	var pathErr *iofs.PathError
-	switch {
-	case errors.As(err, &pathErr):
-		return 0, nil, fmt.Errorf("reading %s: %w", path, err)
-	case err != nil:
-		// go-diskfs says which bytes it found instead of a signature:
-		// nothing a user can act on.
-		return 0, nil, fmt.Errorf("%s is not a disk image: it has no GPT partition table (a Borough image has one, as has a disk one was written to)", path)
-	}
-	for _, p := range table.Partitions {
-		if strings.EqualFold(string(p.Type), typ) {
-			return p.Index, p, nil
-		}
-	}
-	return 0, nil, fmt.Errorf("%s has no partition of type %s", path, typ)
 }
 
 // writeSecret writes key material to a new file only the user can read. It

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/nodeapi"
 	"github.com/borough-os/borough/internal/ports"
@@ -81,32 +82,32 @@ it must present its certificate for its member name.`,
 
 // readUpdate reads the boot binary and node payload from an image's ESP,
 // and the owner's statement that lets them onto their nodes.
-func readUpdate(image string) (rollout.Update, error) {
-	boot, payload, err := readRelease(image)
+func readUpdate(img string) (rollout.Update, error) {
+	boot, payload, err := readRelease(img)
 	if err != nil {
 		return rollout.Update{}, err
 	}
-	statement, err := readESPFile(image, esp.ReleaseStatement)
+	statement, err := image.ReadESPFile(img, esp.ReleaseStatement)
 	if err != nil {
-		return rollout.Update{}, fmt.Errorf("%w: the owner signs an image with borough image sign", err)
+		return rollout.Update{}, fmt.Errorf("%w: the owner signs an img with borough img sign", err)
 	}
 	up, err := rollout.NewUpdate(boot, payload, statement)
 	if err != nil {
-		return rollout.Update{}, fmt.Errorf("%s: %w", image, err)
+		return rollout.Update{}, fmt.Errorf("%s: %w", img, err)
 	}
 	return up, nil
 }
 
 // readRelease reads the boot binary and node payload from an image's ESP.
-func readRelease(image string) (boot, payload []byte, err error) {
-	if boot, err = readESPFile(image, esp.BootBinary); err != nil {
+func readRelease(img string) (boot, payload []byte, err error) {
+	if boot, err = image.ReadESPFile(img, esp.BootBinary); err != nil {
 		return nil, nil, err
 	}
 	sha, err := update.PayloadSHA(boot)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the boot binary of %s: %w", image, err)
+		return nil, nil, fmt.Errorf("the boot binary of %s: %w", img, err)
 	}
-	if payload, err = readESPFile(image, esp.NodePayload(sha)); err != nil {
+	if payload, err = image.ReadESPFile(img, esp.NodePayload(sha)); err != nil {
 		return nil, nil, err
 	}
 	return boot, payload, nil

@@ -1,4 +1,4 @@
-package main
+package image
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/borough-os/borough/esp"
-	"github.com/borough-os/borough/image"
 )
 
 // TestReadESPFile reads files from an image's ESP whole and no more: a
@@ -18,10 +17,10 @@ func TestReadESPFile(t *testing.T) {
 		boot := make([]byte, size)
 		rand.Read(boot)
 		img := filepath.Join(t.TempDir(), "disk.img")
-		if err := image.Build(img, image.Params{BootBinary: boot, Size: image.DefaultSize}); err != nil {
+		if err := Build(img, Params{BootBinary: boot, Size: DefaultSize}); err != nil {
 			t.Fatal(err)
 		}
-		got, err := readESPFile(img, esp.BootBinary)
+		got, err := ReadESPFile(img, esp.BootBinary)
 		if err != nil {
 			t.Fatal(err)
 		}
