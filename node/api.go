@@ -61,7 +61,7 @@ type apiParts struct {
 // names while the volume is locked.
 func apiService(p apiParts) supervisor.Service {
 	ph, life, lg, about, requests := p.phase, p.life, p.logs, p.about, p.requests
-	owner := func() *x509.Certificate { return ph.Load().owner(p.ledger.Refused()) }
+	owner := func() *x509.Certificate { return ph.Load().owner(p.fresh, p.ledger.Refused()) }
 	member, admission := apiIdentity(ph)
 	identity := func() (*tls.Certificate, error) {
 		if cert, err := member(); err == nil {
@@ -175,10 +175,13 @@ var errNotMounted = errors.New("the node's data volume is not mounted")
 // alone, through sealed), or the ESP's ledger was refused (an older or
 // forged ESP put back, whose enrolment config may name an owner the
 // cluster has since replaced: the node takes nobody until a peer or the
-// sealed owner unlocks it).
-func lockedOwner(enrolled *x509.Certificate, sealed string, refused error) *x509.Certificate {
+// sealed owner unlocks it). A fresh node (no data volume: its first boot,
+// or its first after a reset, which erased its ledger) has nothing locked
+// and no ledger to vouch for anything: its owner is its enrolment
+// config's.
+func lockedOwner(enrolled *x509.Certificate, sealed string, fresh bool, refused error) *x509.Certificate {
 	switch {
-	case enrolled == nil, refused != nil:
+	case enrolled == nil, refused != nil && !fresh:
 		return nil
 	case sealed != "" && pki.Fingerprint(enrolled) != sealed:
 		return nil

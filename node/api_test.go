@@ -20,18 +20,20 @@ func TestLockedOwner(t *testing.T) {
 		name     string
 		enrolled *x509.Certificate
 		sealed   string
+		fresh    bool
 		refused  error
 		want     *x509.Certificate
 	}{
-		{"enrolled, no record read yet", old, "", nil, old},
-		{"enrolled, record sealed to the same owner", old, pki.Fingerprint(old), nil, old},
-		{"handed over: record sealed to the next owner", old, pki.Fingerprint(next), nil, nil},
-		{"an older ESP put back", old, "", older, nil},
-		{"an older ESP put back, record read anyway", old, pki.Fingerprint(old), older, nil},
-		{"no enrolment", nil, "", nil, nil},
+		{"enrolled, no record read yet", old, "", false, nil, old},
+		{"enrolled, record sealed to the same owner", old, pki.Fingerprint(old), false, nil, old},
+		{"handed over: record sealed to the next owner", old, pki.Fingerprint(next), false, nil, nil},
+		{"an older ESP put back", old, "", false, older, nil},
+		{"an older ESP put back, record read anyway", old, pki.Fingerprint(old), false, older, nil},
+		{"no enrolment", nil, "", false, nil, nil},
+		{"reset: no volume, its ledger erased", old, "", true, errors.New("no ledger"), old},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := lockedOwner(tc.enrolled, tc.sealed, tc.refused); got != tc.want {
+			if got := lockedOwner(tc.enrolled, tc.sealed, tc.fresh, tc.refused); got != tc.want {
 				t.Errorf("got %v, want %v", subject(got), subject(tc.want))
 			}
 		})

@@ -36,15 +36,15 @@ func (p phase) next(change func(*phase)) *phase {
 }
 
 // owner is the owner the node API takes: the data volume's, or while it
-// is locked lockedOwner's. refused is why the ESP's ledger was refused,
-// if it was.
-func (p *phase) owner(refused error) *x509.Certificate {
+// is locked lockedOwner's. fresh says the node has no data volume yet;
+// refused is why the ESP's ledger was refused, if it was.
+func (p *phase) owner(fresh bool, refused error) *x509.Certificate {
 	if p.mgr != nil {
 		if o := p.mgr.Owner(); o != nil {
 			return o
 		}
 	}
-	return lockedOwner(p.enrolment.Owner, p.sealedOwner(), refused)
+	return lockedOwner(p.enrolment.Owner, p.sealedOwner(), fresh, refused)
 }
 
 // sealedOwner is the fingerprint of the owner a locked node's keys are

@@ -22,7 +22,7 @@ func TestEarlyPhase(t *testing.T) {
 		{"volume mounted, no manager yet", (&phase{enrolment: &enrolment.Enrolment{Owner: owner}}).next(func(p *phase) { p.mounted = true })},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.p.owner(nil); got != owner {
+			if got := tc.p.owner(false, nil); got != owner {
 				t.Errorf("owner = %v, want the enrolment's", subject(got))
 			}
 			if _, err := tc.p.memberIdentity(); !errors.Is(err, cluster.ErrNoIdentity) {
