@@ -1,6 +1,8 @@
 // Package update installs a new Borough version beside the running one,
 // boots it once on trial, and keeps it only once it has proved itself;
-// anything else returns the machine to the version it ran.
+// anything else returns the machine to the version it ran. It is the A/B
+// mechanism and its record, which both sides share: the node's service
+// is package updater, the owner's tool's rollout package rollout.
 //
 // # Slots
 //
