@@ -14,8 +14,8 @@
 //
 // WriteAll replaces several files with those two syncs in all, where a
 // Write of each would take two syncs apiece: a node's first boot writes a
-// dozen files, and on an encrypted volume under emulation each sync costs
-// about 10 ms. Each file is still replaced atomically; a crash between two
+// dozen files, and each sync on an encrypted volume is dear
+// (docs/decisions.md, "Syncs on a first boot"). Each file is still replaced atomically; a crash between two
 // renames leaves some files new and the others old, as the same Writes one
 // after the other would.
 //

@@ -1,11 +1,11 @@
 // Package bootgc keeps the node's garbage collector out of its boot.
 //
 // Go collects as soon as a heap of 4 MiB has doubled, and the node's boot
-// allocates steadily (package inits, etcd's start, TLS, protobuf): with
-// Go's default it collected two or three times before "node running",
-// about 90 ms of mark work on a boot's one CPU under TCG, for a live heap
-// that never passed 3 MiB. Nothing is gained by collecting that early:
-// what a collection frees would only be reused by the rest of the boot.
+// allocates steadily (package inits, etcd's start, TLS, protobuf), so it
+// collected several times before "node running" for a live heap that
+// stays small (docs/decisions.md, "The garbage collector at boot").
+// Nothing is gained by collecting that early: what a collection frees
+// would only be reused by the rest of the boot.
 // So process 1 starts the node with the collector off and a memory limit
 // (Env): the runtime collects only if the node's memory reaches the
 // limit, which a boot does not, and a node that never reaches "node
@@ -28,10 +28,9 @@ import (
 )
 
 // Limit is the node's memory limit until Lift, in bytes: above what a
-// boot allocates (with a 40 MiB limit, first boots and restarts ran to
-// "node running" without a collection) and within what a 128 MiB machine
-// has left for the node beside the kernel and the node binary's page
-// cache.
+// boot allocates and within what a 128 MiB machine has left for the node
+// beside the kernel and the node binary's page cache (docs/decisions.md,
+// "The garbage collector at boot").
 const Limit = 48 << 20
 
 // Env returns environ, process 1's environment, for the node: with the

@@ -30,8 +30,8 @@ func selfSigned(now time.Time) (*tls.Certificate, error) {
 }
 
 // own returns the node's own certificate, made once, when first needed:
-// most boots never need it, and its key costs a boot under emulation
-// some 30 ms.
+// most boots never need it, and making its key costs a boot under
+// emulation (docs/decisions.md, "The node's own key, made when asked").
 func (s *Server) own() (*tls.Certificate, error) {
 	s.ownOnce.Do(func() { s.ownCert, s.ownErr = selfSigned(time.Now()) })
 	return s.ownCert, s.ownErr

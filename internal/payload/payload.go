@@ -94,8 +94,9 @@ func Unmount() error {
 // Link made it) once, in order, and so checks each of its blocks: its
 // pages are then in the page cache, which the kernel may reclaim. init
 // reads the node binary before it starts it because a Go binary's start
-// touches pages all over it: under TCG the page faults read the binary's
-// blocks in their order of use 0.4 s slower than one pass in file order.
+// touches pages all over it, and faults that read its blocks in their
+// order of use are slower than one pass in file order (docs/decisions.md,
+// "The node binary, read once").
 // The file goes to /dev/null with sendfile, which reads it into the page
 // cache without copying it to init: a read(2) loop spent a tenth of
 // init's time from "init started" to the node's start copying 27 MB.

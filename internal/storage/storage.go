@@ -440,8 +440,8 @@ func (v volume) mountReplayed(log *slog.Logger, state fsState) (again bool, err 
 // stale blocks, and under a fresh dm-crypt key the partition's old
 // contents read as noise), not the inode tables' (lazy_itable_init: the
 // kernel zeroes them in the background), and no discard of the whole
-// partition. Under TCG, mke2fs took 0.93 s of a first boot without them.
-// make bench formats plain etcd's disk with them too, to compare like
+// partition (docs/decisions.md, "mke2fs on a first boot"). make bench
+// formats plain etcd's disk with them too, to compare like
 // with like.
 func MkfsArgs(dev string) []string {
 	return []string{"-t", "ext4", "-q", "-F", "-L", "borough-data",

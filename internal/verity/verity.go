@@ -13,10 +13,8 @@
 // block, 4 KiB data and hash blocks, the tree appended to the data with
 // its top level first. SHA-512 rather than veritysetup's default SHA-256
 // because the kernel hashes every block the boot reads, and on 64-bit
-// CPUs SHA-512 does a byte in fewer operations: under TCG, where hashing
-// was a quarter of init's time up to the node's start, OpenSSL's scalar
-// SHA-512 ran 1.55 times as fast as its SHA-256 (89 MB/s against 57 MB/s
-// under qemu-x86_64; the kernel's generic C is of the same shape).
+// CPUs SHA-512 does a byte in fewer operations (docs/decisions.md,
+// "dm-verity's hash").
 //
 // It is written here because no Go module of it is served here (Monogon's
 // is inside its monorepo); TestVeritysetup checks it, byte for byte,
