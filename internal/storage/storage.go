@@ -441,8 +441,7 @@ func (v volume) mountReplayed(log *slog.Logger, state fsState) (again bool, err 
 // contents read as noise), not the inode tables' (lazy_itable_init: the
 // kernel zeroes them in the background), and no discard of the whole
 // partition (docs/decisions.md, "mke2fs on a first boot"). make bench
-// formats plain etcd's disk with them too, to compare like
-// with like.
+// formats plain etcd's disk with them too, to compare like with like.
 func MkfsArgs(dev string) []string {
 	return []string{"-t", "ext4", "-q", "-F", "-L", "borough-data",
 		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", dev}
