@@ -117,7 +117,7 @@ func (w *watcher) look(ctx context.Context, timeout time.Duration) sample {
 func (w *watcher) readLog(ctx context.Context, name string, c *nodeapi.Client) {
 	_ = c.Logs(ctx, &nodepb.LogsRequest{SinceUnixNano: w.since[name] + 1}, func(e *nodepb.LogEntry) {
 		w.since[name] = max(w.since[name], e.GetUnixNano())
-		w.logs[name] = append(w.logs[name], logLine(e))
+		w.logs[name] = append(w.logs[name], nodeapi.LogLine(e))
 	})
 	if n := len(w.logs[name]); n > logLines {
 		w.logs[name] = w.logs[name][n-logLines:]

@@ -104,17 +104,11 @@ func printLogs(stdout io.Writer, node string, f apiFlags, req *nodepb.LogsReques
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	err = c.Logs(ctx, req, func(e *nodepb.LogEntry) { fmt.Fprintln(stdout, logLine(e)) })
+	err = c.Logs(ctx, req, func(e *nodepb.LogEntry) { fmt.Fprintln(stdout, nodeapi.LogLine(e)) })
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
-}
-
-// logLine is a log entry as logs prints it.
-func logLine(e *nodepb.LogEntry) string {
-	return fmt.Sprintf("%s [%12.6f] %s: %s", time.Unix(0, e.GetUnixNano()).UTC().Format("2006-01-02T15:04:05.000Z"),
-		time.Duration(e.GetSinceBootNanos()).Seconds(), e.GetService(), e.GetText())
 }
 
 // nodeAPICommands are `node info`, `node reboot` and `node poweroff`.

@@ -103,3 +103,10 @@ func writeEntries(w *bufio.Writer, entries []logtree.Entry) {
 		})
 	}
 }
+
+// LogLine is a log entry as the owner's tool prints it: its time (UTC),
+// its time since boot, its service and its text.
+func LogLine(e *nodepb.LogEntry) string {
+	return fmt.Sprintf("%s [%12.6f] %s: %s", time.Unix(0, e.GetUnixNano()).UTC().Format("2006-01-02T15:04:05.000Z"),
+		time.Duration(e.GetSinceBootNanos()).Seconds(), e.GetService(), e.GetText())
+}
