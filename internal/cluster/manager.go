@@ -18,7 +18,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/datavol"
-	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/clusterkey"
 	"github.com/borough-os/borough/internal/consensus"
 	"github.com/borough-os/borough/internal/enrolment"
@@ -127,9 +126,6 @@ func New(log *slog.Logger, cfg Config, life *lifecycle.Lifecycle) *Manager {
 	return &Manager{log: log, cfg: cfg, life: life, backups: make(chan received), recoverNow: make(chan struct{}, 1)}
 }
 
-func (mg *Manager) dataRecord() string {
-	return datavol.NodeRecord.In(mg.cfg.DataRoot)
-}
 func (mg *Manager) etcdDir() string { return datavol.Etcd.In(mg.cfg.DataRoot) }
 func (mg *Manager) pkiFiles() consensus.Files {
 	return consensus.Files{Dir: datavol.PKI.In(mg.cfg.DataRoot)}
@@ -278,16 +274,6 @@ func (mg *Manager) removed(rec *nodestate.Record) error {
 	return nil
 }
 
-// recordRemoval records in the node state records that the cluster
-// removed the node, and returns the error that says so.
-func (mg *Manager) recordRemoval(rec *nodestate.Record) error {
-	rec.Phase = nodestate.PhaseRemoved
-	if err := mg.writeRecords(rec); err != nil {
-		mg.log.Warn("recording the removal", "err", err)
-	}
-	return &consensus.RemovedError{Cluster: rec.Cluster}
-}
-
 func (mg *Manager) start(ctx context.Context) (*consensus.Consensus, *nodestate.Record, error) {
 	espRec, err := mg.readESPRecord()
 	espDamaged := errors.Is(err, nodestate.ErrDamaged)
@@ -353,46 +339,6 @@ func (mg *Manager) alone(name string, mode consensus.Mode) bool {
 	return self && len(d.Members) == 1
 }
 
-// writeRecords writes rec to the data volume, then to the ESP.
-func (mg *Manager) writeRecords(rec *nodestate.Record) error {
-	if err := nodestate.WriteRecord(mg.dataRecord(), rec); err != nil {
-		return err
-	}
-	return mg.writeESPRecord(rec)
-}
-
-// readESPRecord reads the ESP's node state record through the ledger: a
-// copy the ledger refuses is damaged, and the data volume's decides.
-func (mg *Manager) readESPRecord() (*nodestate.Record, error) {
-	b, err := mg.cfg.Ledger.Read(esp.NodeState)
-	if r := (*espledger.Refused)(nil); errors.As(err, &r) {
-		return nil, fmt.Errorf("node state record %s: %w: %w", esp.NodeState, nodestate.ErrDamaged, err)
-	}
-	return nodestate.ParseRecord(string(esp.NodeState), b, err)
-}
-
-// writeESPRecord writes rec to the ESP through the ledger, unless the
-// ESP holds it already.
-func (mg *Manager) writeESPRecord(rec *nodestate.Record) error {
-	f, err := nodestate.RecordFile(string(esp.NodeState), rec)
-	if err != nil {
-		return err
-	}
-	if err := mg.cfg.Ledger.Write(map[esp.File][]byte{esp.NodeState: f.Data}); err != nil {
-		return fmt.Errorf("writing node state record: %w", err)
-	}
-	return nil
-}
-
-// member records the started member in the node state record.
-func (mg *Manager) member(rec *nodestate.Record, c *consensus.Consensus) error {
-	rec.Phase = nodestate.PhaseMember
-	rec.ClusterID = nodestate.HexID(c.ClusterID())
-	rec.MemberID = nodestate.HexID(c.MemberID())
-	return mg.writeRecords(rec)
-}
-
-// ips are the addresses in the node's certificate.
 func (mg *Manager) ips() []net.IP {
 	return []net.IP{mg.cfg.IP.AsSlice(), net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 }
