@@ -89,9 +89,9 @@ func (mg *Manager) mark(phase string) {
 }
 
 // Manager is the cluster manager: it brings the node into its cluster
-// once the data volume is mounted, and moves the node's lifecycle.Lifecycle from
-// then on. A nil Manager is a node whose data volume is not mounted yet:
-// the methods the node API calls answer so.
+// once the data volume is mounted, and moves the node's lifecycle from
+// then on. It exists from the mount on: before it, the node API answers
+// for it (node/phase.go).
 type Manager struct {
 	log  *slog.Logger
 	cfg  Config
