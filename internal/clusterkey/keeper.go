@@ -6,7 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +30,7 @@ import (
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/tpm"
 	"github.com/borough-os/borough/internal/unlock"
+	"github.com/borough-os/borough/internal/versioned"
 )
 
 // Keeper keeps the node's CUK; it is the storage.ClusterKeys of a node.
@@ -361,14 +361,7 @@ func parseEscrow(b []byte, err error) (*escrow.Escrow, error) {
 	if err != nil {
 		return nil, err
 	}
-	var e escrow.Escrow
-	if err := json.Unmarshal(b, &e); err != nil {
-		return nil, fmt.Errorf("%s: %w", esp.CUKEscrow, err)
-	}
-	if e.Version != escrow.Version {
-		return nil, fmt.Errorf("%s has version %d, this node reads %d", esp.CUKEscrow, e.Version, escrow.Version)
-	}
-	return &e, nil
+	return versioned.Decode(string(esp.CUKEscrow), b, func(e *escrow.Escrow) int { return e.Version }, escrow.Version)
 }
 
 // readRecord reads the node state record on the ESP (package nodestate;

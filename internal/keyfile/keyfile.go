@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/borough-os/borough/internal/versioned"
 )
 
 // TPMPolicy says whether unlock keys must be sealed to a TPM.
@@ -75,14 +77,7 @@ func (f File) Marshal() ([]byte, error) {
 
 // Parse decodes a key file and checks its version.
 func Parse(b []byte) (*File, error) {
-	var f File
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("parsing key file: %w", err)
-	}
-	if f.Version != Version {
-		return nil, fmt.Errorf("key file has version %d, this node reads version %d", f.Version, Version)
-	}
-	return &f, nil
+	return versioned.Decode("key file", b, func(f *File) int { return f.Version }, Version)
 }
 
 // ErrKeySealed is returned by ClearKey for a key sealed to a TPM.

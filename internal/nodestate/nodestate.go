@@ -21,6 +21,7 @@ import (
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ports"
+	"github.com/borough-os/borough/internal/versioned"
 )
 
 // Phases of a Record.
@@ -65,22 +66,19 @@ func ParseRecord(path string, b []byte, err error) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading node state record: %w", err)
 	}
-	var r Record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("node state record %s: %w: %w", path, ErrDamaged, err)
-	}
-	if r.Version != recordVersion {
-		return nil, fmt.Errorf("node state record %s has version %d, this node reads %d", path, r.Version, recordVersion)
+	r, err := versioned.Decode("node state record "+path, b, func(r *Record) int { return r.Version }, recordVersion)
+	if err != nil {
+		return nil, err
 	}
 	if err := r.check(); err != nil {
 		return nil, fmt.Errorf("node state record %s: %w: %w", path, ErrDamaged, err)
 	}
-	return &r, nil
+	return r, nil
 }
 
 // ErrDamaged says a record is damaged, as a torn write to the ESP leaves
-// it (a FAT rename is not atomic across a power cut).
-var ErrDamaged = errors.New("damaged")
+// it (package versioned).
+var ErrDamaged = versioned.ErrDamaged
 
 var hexID = regexp.MustCompile(`^[0-9a-f]{1,16}$`)
 

@@ -109,16 +109,16 @@ func TestClearKey(t *testing.T) {
 		{name: "as stored with a TPM", b: stored(esp.ClusterKeyEscrow), wantIs: keyfile.ErrKeySealed},
 		{name: "sealed", b: []byte(`{"version":1,"sealed":{}}`), wantIs: keyfile.ErrKeySealed},
 		{name: "sealed and clear", b: []byte(`{"version":1,"sealed":{},"clear":"` + base64.StdEncoding.EncodeToString(testKey(9)) + `"}`), wantIs: keyfile.ErrKeySealed},
-		{name: "no version", b: []byte(`{"clear":"` + base64.StdEncoding.EncodeToString(testKey(9)) + `"}`), wantErr: []string{"version 0, this node reads version 1"}},
-		{name: "newer version", b: bytes.Replace(clearFile(testKey(9)), []byte(`"version":1`), []byte(`"version":2`), 1), wantErr: []string{"version 2, this node reads version 1"}},
-		{name: "newer version, sealed", b: []byte(`{"version":2,"sealed":{}}`), wantErr: []string{"version 2, this node reads version 1"}},
+		{name: "no version", b: []byte(`{"clear":"` + base64.StdEncoding.EncodeToString(testKey(9)) + `"}`), wantErr: []string{"version 0, this node reads 1"}},
+		{name: "newer version", b: bytes.Replace(clearFile(testKey(9)), []byte(`"version":1`), []byte(`"version":2`), 1), wantErr: []string{"version 2, this node reads 1"}},
+		{name: "newer version, sealed", b: []byte(`{"version":2,"sealed":{}}`), wantErr: []string{"version 2, this node reads 1"}},
 		{name: "too short", b: clearFile(testKey(9)[:31]), wantErr: []string{"31-byte key, want 32"}},
 		{name: "too long", b: clearFile(append(testKey(9), 1)), wantErr: []string{"33-byte key, want 32"}},
 		{name: "empty key", b: []byte(`{"version":1,"clear":""}`), wantErr: []string{"0-byte key, want 32"}},
 		{name: "no key", b: []byte(`{"version":1}`), wantErr: []string{"key file"}},
-		{name: "garbage", b: []byte("garbage"), wantErr: []string{"parsing key file"}},
-		{name: "empty", b: nil, wantErr: []string{"parsing key file"}},
-		{name: "not base64", b: []byte(`{"version":1,"clear":"!!"}`), wantErr: []string{"parsing key file"}},
+		{name: "garbage", b: []byte("garbage"), wantErr: []string{"key file: damaged"}},
+		{name: "empty", b: nil, wantErr: []string{"key file: damaged"}},
+		{name: "not base64", b: []byte(`{"version":1,"clear":"!!"}`), wantErr: []string{"key file: damaged"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := keyfile.ClearKey(tc.b)

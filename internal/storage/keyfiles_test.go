@@ -273,27 +273,27 @@ func TestKeyFilesLoadErrors(t *testing.T) {
 		{
 			name:  "garbage",
 			setup: withFile("not JSON", keyfile.TPMBestEffort),
-			want:  []string{string(f) + ": parsing key file"},
+			want:  []string{string(f) + ": key file: damaged"},
 		},
 		{
 			name:  "empty file",
 			setup: withFile("", keyfile.TPMBestEffort),
-			want:  []string{string(f) + ": parsing key file"},
+			want:  []string{string(f) + ": key file: damaged"},
 		},
 		{
 			name:  "truncated JSON",
 			setup: withFile(clearKey(testKey(1))[:20], keyfile.TPMBestEffort),
-			want:  []string{string(f) + ": parsing key file"},
+			want:  []string{string(f) + ": key file: damaged"},
 		},
 		{
 			name:  "no version",
 			setup: withFile(strings.Replace(clearKey(testKey(1)), `"version":1,`, "", 1), keyfile.TPMBestEffort),
-			want:  []string{string(f) + ": key file has version 0, this node reads version 1"},
+			want:  []string{string(f) + ": key file has version 0, this node reads 1"},
 		},
 		{
 			name:  "newer version",
 			setup: withFile(strings.Replace(clearKey(testKey(1)), `"version":1`, `"version":2`, 1), keyfile.TPMBestEffort),
-			want:  []string{string(f) + ": key file has version 2, this node reads version 1"},
+			want:  []string{string(f) + ": key file has version 2, this node reads 1"},
 		},
 		{
 			name:  "no key",
@@ -323,7 +323,7 @@ func TestKeyFilesLoadErrors(t *testing.T) {
 		{
 			name:  "clear key not base64",
 			setup: withFile(`{"version":1,"clear":"!!!"}`, keyfile.TPMBestEffort),
-			want:  []string{string(f) + ": parsing key file"},
+			want:  []string{string(f) + ": key file: damaged"},
 		},
 		{
 			name:   "clear key, TPM required, no TPM",

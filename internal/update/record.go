@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/borough-os/borough/esp"
+	"github.com/borough-os/borough/internal/versioned"
 )
 
 // State is where an update is.
@@ -54,17 +55,14 @@ func ReadRecord(rs Records) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the update record: %w", err)
 	}
-	var r Record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("the update record %s is damaged: %w", esp.UpdateRecord, err)
-	}
-	if r.Version != recordVersion {
-		return nil, fmt.Errorf("the update record %s has version %d, this node reads %d", esp.UpdateRecord, r.Version, recordVersion)
+	r, err := versioned.Decode("the update record "+string(esp.UpdateRecord), b, func(r *Record) int { return r.Version }, recordVersion)
+	if err != nil {
+		return nil, err
 	}
 	if (r.Slot != A && r.Slot != B) || r.From != r.Slot.Other() {
 		return nil, fmt.Errorf("the update record %s names slots %q and %q", esp.UpdateRecord, r.Slot, r.From)
 	}
-	return &r, nil
+	return r, nil
 }
 
 // write writes r to rs, atomically.
