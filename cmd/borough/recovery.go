@@ -136,13 +136,8 @@ func volumeKey(stdout io.Writer, device, lukPath, cukPath, out string) error {
 // writeSecret writes key material to a new file only the user can read. It
 // refuses to replace a file (or follow a symlink) that is already there.
 func writeSecret(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	if err := writeNew(path, b); err != nil {
 		return fmt.Errorf("writing key file: %w (remove it first)", err)
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return nil
 }
