@@ -21,6 +21,7 @@ import (
 
 	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/crypt"
+	"github.com/borough-os/borough/internal/poll"
 	"github.com/borough-os/borough/qemu"
 	"github.com/borough-os/borough/qemu/multinode"
 	"github.com/borough-os/borough/robustness"
@@ -326,16 +327,16 @@ func (r *faultRun) allServing(healed time.Time) {
 // recoveryBound after healed, then counts it stuck.
 func (r *faultRun) awaitServing(n *multinode.Node, healed time.Time) {
 	cl := r.client(n)
-	for time.Since(healed) < recoveryBound {
+	err := poll.Until(context.Background(), recoveryBound-time.Since(healed), 500*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		_, err := cl.Get(ctx, "robust/serving")
-		cancel()
-		if err == nil {
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
+		return err
+	})
+	if err == nil {
+		return
 	}
-	r.t.Logf("robustness: node%d does not serve %v after the fault healed", n.Index+1, recoveryBound)
+	r.t.Logf("robustness: node%d does not serve %v after the fault healed: %v", n.Index+1, recoveryBound, err)
 	r.stuck++
 }
 
