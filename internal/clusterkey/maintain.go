@@ -22,6 +22,11 @@ import (
 const (
 	// maintainEvery is how often Maintain looks at the membership.
 	maintainEvery = 10 * time.Second
+	// maintainRetry is how soon Maintain tries again after a round that
+	// failed: most failures are a leader election or a slow peer, and a
+	// round that waits a whole maintainEvery on them can miss a record
+	// another member held only briefly (a rogue escrow key among them).
+	maintainRetry = time.Second
 	// testUnlockTimeout bounds the test unlock of a new split.
 	testUnlockTimeout = time.Minute
 )
@@ -40,13 +45,15 @@ type Member struct {
 // ends (see the package doc).
 func (k *Keeper) Maintain(ctx context.Context, m Member) error {
 	for {
+		wait := maintainEvery
 		if err := k.maintain(ctx, m); err != nil && ctx.Err() == nil {
-			k.Log.Warn("keeping the cluster unlock key with the cluster", "err", err)
+			k.Log.Warn("keeping the cluster unlock key with the cluster", "err", err, "retry_in", maintainRetry)
+			wait = maintainRetry
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(maintainEvery):
+		case <-time.After(wait):
 		}
 	}
 }
