@@ -15,7 +15,8 @@ func (c *Consensus) keepSpace(ctx context.Context) error {
 	k := &space.Keeper{
 		Client: c.Client, Name: c.cfg.Name, ID: c.MemberID(),
 		Volume: c.cfg.Volume, Ballast: c.cfg.ballast(), Budget: c.budget,
-		Raise: c.raiseSpaceAlarm, Log: c.cfg.Log.With("service", "space"),
+		Raise: c.raiseSpaceAlarm, Connected: c.connectedPeers,
+		Log: c.cfg.Log.With("service", "space"),
 	}
 	return k.Run(ctx)
 }

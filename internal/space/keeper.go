@@ -46,7 +46,11 @@ import (
 // leader last) may start only in slot i of every n slots of slotLength.
 // A member that defragments stays a voter: raft goes on persisting and
 // acknowledging entries while the database is copied, so no quorum is
-// lost, only that member's reads and writes wait.
+// lost, only that member's reads and writes wait. Its disk is busy with
+// the copy all the same, so a member starts only while the other voters
+// it is connected to make a quorum without it (all of them, in a cluster
+// of two, where the others alone never can): a cluster already down to
+// its quorum waits until its missing member is back (quorumWithout).
 
 // Intervals of the keeper's rounds: calm, and while an alarm is raised
 // or the volume is near its reserve.
@@ -86,10 +90,13 @@ type Keeper struct {
 	// Raise raises the member's space alarm (etcd's client has no call
 	// for it: etcd raises it itself when a write is refused).
 	Raise func(context.Context) error
-	Log   *slog.Logger
+	// Connected says which members this one has a live raft connection to.
+	Connected func() map[uint64]bool
+	Log       *slog.Logger
 
-	reported  keyspace.SpaceReport
-	lastAlarm bool
+	reported      keyspace.SpaceReport
+	lastAlarm     bool
+	waitingQuorum bool
 }
 
 // round is what one look at the member saw.
@@ -304,7 +311,35 @@ func (k *Keeper) why(ctx context.Context, r round) string {
 	if rollout, err := k.Client.Get(ctx, keyspace.Rollout, clientv3.WithCountOnly()); err != nil || rollout.Count > 0 {
 		return ""
 	}
+	connected, need := quorumWithout(r.members, k.ID, k.Connected())
+	waiting := connected < need
+	if waiting && !k.waitingQuorum {
+		k.Log.Warn("not defragmenting yet: the other voters this member is connected to would not make a quorum without it",
+			"why", reason, "connected", connected, "need", need)
+	}
+	k.waitingQuorum = waiting
+	if waiting {
+		return ""
+	}
 	return reason
+}
+
+// quorumWithout counts the other voters among members that connected
+// holds, and says how many a member needs before it defragments: a
+// quorum of the voters, or all the others when they are fewer than that
+// (a lone voter needs none).
+func quorumWithout(members []*pb.Member, self uint64, connected map[uint64]bool) (have, need int) {
+	voters := 0
+	for _, m := range members {
+		if m.IsLearner {
+			continue
+		}
+		voters++
+		if m.ID != self && connected[m.ID] {
+			have++
+		}
+	}
+	return have, min(voters/2+1, voters-1)
 }
 
 // defragment defragments the member, in its turn.
