@@ -32,19 +32,26 @@ type Journal struct {
 
 	mu      sync.Mutex
 	current int
+	// last is the last entry Run wrote, for a Run that starts again after
+	// a failure (a volume with no room left) to go on from it.
+	last uint64
 }
 
 // Run writes the tree's entries to this boot's file, from the first it
-// still holds, until ctx ends.
+// still holds, until ctx ends. Run again after a failure, it goes on in
+// the same file from the last entry it wrote: a journal that fails over
+// and over (a full volume) must not open a file a time and so push the
+// earlier boots' logs out.
 func (j *Journal) Run(ctx context.Context, t *Tree) error {
-	f, err := j.open()
+	f, size, err := j.open()
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	w := &journalWriter{f: f, buf: bufio.NewWriter(f), max: j.MaxBytes}
+	w := &journalWriter{f: f, buf: bufio.NewWriter(f), max: j.MaxBytes, written: size}
 	defer w.sync()
-	var last uint64
+	last := j.last
+	defer func() { j.last = last }()
 	tick := time.NewTicker(syncEvery)
 	defer tick.Stop()
 	for {
@@ -94,14 +101,31 @@ func (w *journalWriter) copy(ctx context.Context, sub *Subscription, tick <-chan
 	}
 }
 
-// open makes this boot's file and removes the oldest beyond Keep.
-func (j *Journal) open() (*os.File, error) {
+// open makes this boot's file and removes the oldest beyond Keep, or,
+// once this boot has its file, opens it again to append, and returns the
+// file with its size.
+func (j *Journal) open() (*os.File, int64, error) {
+	j.mu.Lock()
+	current := j.current
+	j.mu.Unlock()
+	if current != 0 {
+		f, err := os.OpenFile(j.path(current), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return nil, 0, fmt.Errorf("log journal: %w", err)
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, 0, fmt.Errorf("log journal: %w", err)
+		}
+		return f, st.Size(), nil
+	}
 	if err := os.MkdirAll(j.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("log journal: %w", err)
+		return nil, 0, fmt.Errorf("log journal: %w", err)
 	}
 	boots, err := j.boots()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	next := 1
 	if len(boots) > 0 {
@@ -109,18 +133,18 @@ func (j *Journal) open() (*os.File, error) {
 	}
 	for len(boots) >= j.Keep && len(boots) > 0 {
 		if err := os.Remove(j.path(boots[0])); err != nil {
-			return nil, fmt.Errorf("log journal: %w", err)
+			return nil, 0, fmt.Errorf("log journal: %w", err)
 		}
 		boots = boots[1:]
 	}
 	f, err := os.OpenFile(j.path(next), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("log journal: %w", err)
+		return nil, 0, fmt.Errorf("log journal: %w", err)
 	}
 	j.mu.Lock()
 	j.current = next
 	j.mu.Unlock()
-	return f, nil
+	return f, 0, nil
 }
 
 // Boot returns the entries of an earlier boot: -1 is the one before this

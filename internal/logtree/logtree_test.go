@@ -1,6 +1,7 @@
 package logtree
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
@@ -164,6 +165,49 @@ func TestJournal(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(dir, "boot-*.jsonl"))
 	if want := []string{"boot-000002.jsonl", "boot-000003.jsonl", "boot-000004.jsonl"}; fmt.Sprint(base(files)) != fmt.Sprint(want) {
 		t.Errorf("journal files %v, want %v", base(files), want)
+	}
+}
+
+// TestJournalRunAgain runs a boot's journal three times, as its service
+// is restarted after failures: it goes on in the boot's one file, keeps
+// the earlier boots', and writes each entry once.
+func TestJournalRunAgain(t *testing.T) {
+	dir := t.TempDir()
+	for boot := 1; boot <= 2; boot++ {
+		tr := New(100, 1<<20)
+		fill(tr, "node", 1, t0)
+		runJournal(t, dir, tr, 1<<20, nil)
+	}
+	tr := New(100, 1<<20)
+	j := &Journal{Dir: dir, Keep: 3, MaxBytes: 1 << 20}
+	for range 3 {
+		fill(tr, "node", 2, t0)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- j.Run(ctx, tr) }()
+		fill(tr, "etcd", 1, t0)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "boot-*.jsonl"))
+	if want := []string{"boot-000001.jsonl", "boot-000002.jsonl", "boot-000003.jsonl"}; fmt.Sprint(base(files)) != fmt.Sprint(want) {
+		t.Errorf("journal files %v, want %v", base(files), want)
+	}
+	f, err := os.Open(filepath.Join(dir, "boot-000003.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := readEntries(f.Name(), bufio.NewScanner(f))
+	if err != nil || len(got) != 9 {
+		t.Fatalf("this boot's journal holds %d entries, %v; want the 9 logged, each once", len(got), err)
+	}
+	for i, e := range got {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("entry %d has seq %d, want %d: an entry written twice or lost", i, e.Seq, i+1)
+		}
 	}
 }
 
