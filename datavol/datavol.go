@@ -46,9 +46,13 @@ const (
 	LedgerKey File = dir + "/ledger-key.sha256"
 	// Logs is the journal of the last boots' logs (internal/logtree).
 	Logs File = dir + "/logs"
-	// Ballast is a file the space keeper deletes if the volume fills,
-	// for etcd to start and keep its space alarm (internal/space).
-	Ballast File = "ballast"
+	// Ballast is a file the space keeper deletes if the volume fills
+	// while etcd runs, for etcd to keep its space alarm; StartBallast one
+	// it deletes only for etcd to start on a full volume: a writer that
+	// fills the volume to the last block eats the first, and the second
+	// is still there after the restart that follows (internal/space).
+	Ballast      File = "ballast"
+	StartBallast File = "ballast-start"
 	// TestMarker is the marker file of test builds (cmdline.TestMarker),
 	// which tells a data volume that survived a reboot from a new one.
 	TestMarker File = "marker"

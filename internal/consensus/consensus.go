@@ -183,7 +183,8 @@ func (c Config) budget() (space.Budget, error) {
 }
 
 // ballast is the path of the volume's ballast file.
-func (c Config) ballast() string { return datavol.Ballast.In(c.Volume) }
+func (c Config) ballast() string      { return datavol.Ballast.In(c.Volume) }
+func (c Config) startBallast() string { return datavol.StartBallast.In(c.Volume) }
 
 // Consensus is a running etcd member.
 type Consensus struct {
@@ -320,7 +321,7 @@ func (c Config) prepareSpace() (space.Budget, error) {
 		return b, err
 	}
 	wal.SegmentSizeBytes = b.Segment
-	cleared, err := space.ClearForStart(c.Volume, c.ballast(), b.Reserve())
+	cleared, err := space.ClearForStart(c.Volume, b.Reserve(), c.ballast(), c.startBallast())
 	if err != nil {
 		return b, err
 	}

@@ -14,8 +14,8 @@ import (
 func (c *Consensus) keepSpace(ctx context.Context) error {
 	k := &space.Keeper{
 		Client: c.Client, Name: c.cfg.Name, ID: c.MemberID(),
-		Volume: c.cfg.Volume, Ballast: c.cfg.ballast(), Budget: c.budget,
-		Raise: c.raiseSpaceAlarm, Connected: c.connectedPeers,
+		Volume: c.cfg.Volume, Ballast: c.cfg.ballast(), StartBallast: c.cfg.startBallast(), Budget: c.budget,
+		Raise: c.raiseSpaceAlarm, Connected: c.connectedPeers, Alarms: c.etcd.Server.Alarms,
 		Log: c.cfg.Log.With("service", "space"),
 	}
 	return k.Run(ctx)

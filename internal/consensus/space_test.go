@@ -100,8 +100,9 @@ func TestSpace(t *testing.T) {
 // TestVolumeFull fills a member's data volume (a real tmpfs) by someone
 // else's doing, not etcd's: the keeper raises the member's space alarm,
 // so writes are refused while reads go on and the member keeps running,
-// deletes the ballast for etcd to keep its room, and once the volume has
-// room again clears the alarm by itself.
+// deletes the running half of the ballast for etcd to keep its room (the
+// other half waits for a start), and once the volume has room again
+// clears the alarm and puts the ballast back by itself.
 func TestVolumeFull(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the data volume is a tmpfs of its own, which only root mounts")
@@ -146,7 +147,10 @@ func TestVolumeFull(t *testing.T) {
 		t.Fatalf("reading from a member whose volume is full: %v, %v", got, err)
 	}
 	if _, err := os.Stat(cfg.ballast()); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the ballast of a full volume is still there: %v", err)
+		t.Errorf("the running half of a full volume's ballast is still there: %v", err)
+	}
+	if _, err := os.Stat(cfg.startBallast()); err != nil {
+		t.Errorf("the half of the ballast kept for a start: %v", err)
 	}
 
 	if err := os.Remove(hog); err != nil {
@@ -156,7 +160,11 @@ func TestVolumeFull(t *testing.T) {
 		_, err := c.Client.Put(ctx, "after", "x")
 		return err == nil
 	})
-	for _, said := range []string{"etcd's space alarm: the cluster refuses writes", "its ballast is deleted", "etcd's space alarm cleared"} {
+	awaitTrue(t, time.Minute, "the ballast back once the volume has room", func() bool {
+		_, err := os.Stat(cfg.ballast())
+		return err == nil
+	})
+	for _, said := range []string{"etcd's space alarm: the cluster refuses writes", "half its ballast is deleted", "etcd's space alarm cleared"} {
 		if !strings.Contains(tc.logs.String(), said) {
 			t.Errorf("the log does not say %q", said)
 		}

@@ -15,9 +15,11 @@
 //
 //   - Borough's own files: the log journal (5 boots of at most 8 MiB) and
 //     its records, NodeBytes in all;
-//   - a margin for the filesystem (a twentieth), and a ballast file the
-//     keeper deletes if the volume fills anyway, to give etcd room to
-//     start and to record its alarm;
+//   - a margin for the filesystem (a twentieth), and a ballast in two
+//     halves: the keeper deletes one if the volume fills anyway while etcd
+//     runs, to give it room to record its alarm, and the other only for
+//     etcd to start on a full volume (a writer that fills the volume to its
+//     last block eats the first half too);
 //   - etcd's write-ahead log: its segments are preallocated, and it grows
 //     by every request until etcd snapshots (every Snapshots entries),
 //     when the segments before the snapshot may go;
@@ -129,13 +131,16 @@ func Measure(path string) (Budget, error) {
 }
 
 // Usage is the size of the filesystem holding path, and what is free on
-// it (to root, who runs the node).
+// it to the node: the blocks statfs counts available, not free, for ext4
+// counts free the clusters it keeps back for its own metadata, which no
+// write of a file gets, so that a volume full to the node's writes still
+// looked roomy (docs/decisions.md, "A full volume's last blocks").
 func Usage(path string) (size, free int64, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return 0, 0, fmt.Errorf("statfs %s: %w", path, err)
 	}
-	return int64(st.Blocks) * st.Bsize, int64(st.Bfree) * st.Bsize, nil
+	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
 }
 
 // Reserve is the free space under which the volume counts as full: the

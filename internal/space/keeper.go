@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -53,10 +54,14 @@ import (
 // its quorum waits until its missing member is back (quorumWithout).
 
 // Intervals of the keeper's rounds: calm, and while an alarm is raised
-// or the volume is near its reserve.
+// or the volume is near its reserve. Apart from the rounds, which wait on
+// etcd, it glances at the volume's free space (a statfs) every glance,
+// so that someone else filling the volume fast meets the ballast's
+// release and a round within a second.
 const (
 	calm   = 15 * time.Second
 	urgent = 2 * time.Second
+	glance = time.Second
 )
 
 // slotLength is a member's turn to defragment while writes are refused;
@@ -84,18 +89,25 @@ type Keeper struct {
 	// Name and ID are the member's.
 	Name string
 	ID   uint64
-	// Volume is the data volume's root; Ballast the ballast file on it.
-	Volume, Ballast string
-	Budget          Budget
+	// Volume is the data volume's root; Ballast and StartBallast the two
+	// halves of the ballast on it (datavol.Ballast, datavol.StartBallast).
+	Volume, Ballast, StartBallast string
+	Budget                        Budget
 	// Raise raises the member's space alarm (etcd's client has no call
 	// for it: etcd raises it itself when a write is refused).
 	Raise func(context.Context) error
 	// Connected says which members this one has a live raft connection to.
 	Connected func() map[uint64]bool
-	Log       *slog.Logger
+	// Alarms are the alarms the member knows, read from its own store:
+	// etcd's AlarmList is a raft entry, and on a volume with no room left
+	// every entry brings etcd's next snapshot or WAL segment, which it
+	// cannot write, nearer.
+	Alarms func() []*pb.AlarmMember
+	Log    *slog.Logger
 
 	reported      keyspace.SpaceReport
-	lastAlarm     bool
+	alarmed       atomic.Bool
+	compacted     int64
 	waitingQuorum bool
 }
 
@@ -127,15 +139,21 @@ func (r round) any() bool {
 func (k *Keeper) Run(ctx context.Context) error {
 	k.restoreReport(ctx)
 	first := calm
-	if _, free, err := Usage(k.Volume); err == nil && free < k.Budget.Reserve()+k.Budget.Ballast {
-		first = 0
+	if _, free, err := Usage(k.Volume); err == nil {
+		k.placeBallast(free)
+		if free < k.Budget.Reserve()+k.Budget.Ballast {
+			first = 0
+		}
 	}
+	wake := make(chan struct{}, 1)
+	go k.glance(ctx, wake)
 	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-wake:
 		case <-t.C:
 		}
 		next, err := k.round(ctx)
@@ -146,13 +164,44 @@ func (k *Keeper) Run(ctx context.Context) error {
 	}
 }
 
+// glance looks at the volume every glance until ctx ends, apart from the
+// rounds, which a slow or stuck etcd holds up: it releases the running
+// half of the ballast once the volume is down to half its reserve, and
+// wakes a round while it is under its reserve and no alarm is raised
+// yet.
+func (k *Keeper) glance(ctx context.Context, wake chan<- struct{}) {
+	tick := time.NewTicker(glance)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		_, free, err := Usage(k.Volume)
+		if err != nil || free >= k.Budget.Reserve() {
+			continue
+		}
+		if free < k.Budget.Reserve()/2 {
+			k.releaseBallast(free)
+		}
+		if k.alarmed.Load() {
+			continue
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // round looks at the member once, acts, and says when to look again.
 func (k *Keeper) round(ctx context.Context) (time.Duration, error) {
 	r, err := k.look(ctx)
 	if err != nil {
 		return calm, err
 	}
-	k.keepBallast(r.free)
+	k.placeBallast(r.free)
 	if err := k.keepAlarm(ctx, r); err != nil {
 		return urgent, err
 	}
@@ -180,11 +229,7 @@ func (k *Keeper) look(ctx context.Context) (round, error) {
 	if r.status, err = k.Client.Status(ctx, ""); err != nil {
 		return r, fmt.Errorf("etcd's status: %w", err)
 	}
-	alarms, err := k.Client.AlarmList(ctx)
-	if err != nil {
-		return r, fmt.Errorf("etcd's alarms: %w", err)
-	}
-	r.alarms = alarms.Alarms
+	r.alarms = k.Alarms()
 	if r.size, r.free, err = Usage(k.Volume); err != nil {
 		return r, err
 	}
@@ -217,29 +262,36 @@ func (k *Keeper) keepAlarm(ctx context.Context, r round) error {
 		}
 		k.Log.Info("etcd's space alarm cleared: this member has room again",
 			"db", mib(db), "in_use", mib(r.status.DbSizeInUse), "quota", mib(k.Budget.Quota), "volume_free", mib(r.free))
-	case mine && !k.lastAlarm:
+	case mine && !k.alarmed.Load():
 		k.Log.Warn("etcd's space alarm is raised for this member: writes are refused",
 			"db", mib(db), "in_use", mib(r.status.DbSizeInUse), "quota", mib(k.Budget.Quota), "volume_free", mib(r.free))
 	}
-	k.lastAlarm = mine || full
+	k.alarmed.Store(mine || full)
 	return nil
 }
 
-// keepBallast deletes the ballast once the volume is down to half its
-// reserve, and puts it back once there is room for it and the reserve
-// twice over.
-func (k *Keeper) keepBallast(free int64) {
-	_, err := os.Stat(k.Ballast)
-	present := err == nil
-	switch {
-	case present && free < k.Budget.Reserve()/2:
-		if err := os.Remove(k.Ballast); err != nil {
+// releaseBallast deletes the running half of the ballast, if it is there,
+// for etcd to keep its alarm on a volume down to half its reserve; the
+// other half waits for etcd's next start (ClearForStart).
+func (k *Keeper) releaseBallast(free int64) {
+	if err := os.Remove(k.Ballast); err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
 			k.Log.Error("deleting the ballast of a full volume", "err", err)
-			return
 		}
-		k.Log.Error("the data volume is full: its ballast is deleted, for etcd to keep its alarm and start", "free", mib(free))
-	case !present && free > 2*(k.Budget.Reserve()+k.Budget.Ballast):
-		if err := PlaceBallast(k.Ballast, k.Budget.Ballast); err != nil {
+		return
+	}
+	k.Log.Error("the data volume is full: half its ballast is deleted, for etcd to keep its alarm; the other half waits for etcd's next start",
+		"free", mib(free))
+}
+
+// placeBallast puts back either half of the ballast that is missing once
+// there is room for the whole ballast and the reserve twice over.
+func (k *Keeper) placeBallast(free int64) {
+	if free <= 2*(k.Budget.Reserve()+k.Budget.Ballast) {
+		return
+	}
+	for _, path := range []string{k.Ballast, k.StartBallast} {
+		if err := PlaceBallast(path, k.Budget.Ballast/2); err != nil {
 			k.Log.Warn("placing the data volume's ballast", "err", err)
 		}
 	}
@@ -263,33 +315,43 @@ func PlaceBallast(path string, size int64) error {
 	return f.Close()
 }
 
-// ClearForStart deletes the ballast at path if the volume at root has
-// less than reserve free: etcd cannot start on a full filesystem. It
-// says whether it did.
-func ClearForStart(root, path string, reserve int64) (bool, error) {
+// ClearForStart deletes the ballast, both halves at paths, if the volume
+// at root has less than reserve free: etcd cannot start on a full
+// filesystem. It says whether it deleted any.
+func ClearForStart(root string, reserve int64, paths ...string) (bool, error) {
 	_, free, err := Usage(root)
 	if err != nil || free >= reserve {
 		return false, err
 	}
-	if err := os.Remove(path); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return false, nil
+	cleared := false
+	for _, path := range paths {
+		err := os.Remove(path)
+		switch {
+		case err == nil:
+			cleared = true
+		case !errors.Is(err, os.ErrNotExist):
+			return cleared, fmt.Errorf("deleting the ballast: %w", err)
 		}
-		return false, fmt.Errorf("deleting the ballast: %w", err)
 	}
-	return true, nil
+	return cleared, nil
 }
 
-// compact compacts to the latest revision, while an alarm is raised.
+// compact compacts to the latest revision, while an alarm is raised, once
+// a revision: each compaction is a raft entry.
 func (k *Keeper) compact(ctx context.Context, r round) {
 	rev := r.status.Header.Revision
+	if rev <= k.compacted {
+		return
+	}
 	_, err := k.Client.Compact(ctx, rev, clientv3.WithCompactPhysical())
 	switch {
 	case err == nil:
 		k.Log.Info("compacted to the latest revision while writes are refused", "revision", rev)
 	case !errors.Is(rpctypes.Error(err), rpctypes.ErrCompacted):
 		k.Log.Warn("compacting while writes are refused", "revision", rev, "err", err)
+		return
 	}
+	k.compacted = rev
 }
 
 // why says why the member should defragment now, or "" if it should not.
@@ -434,8 +496,12 @@ func (k *Keeper) transferee(r round) uint64 {
 }
 
 // report writes the member's SpaceReport when it changed, or a minute
-// after the last; a write refused for want of space is no error.
+// after the last, and nothing while an alarm is raised: the write would
+// be refused, a raft entry all the same.
 func (k *Keeper) report(ctx context.Context, r round) {
+	if r.any() {
+		return
+	}
 	rep := k.reported
 	rep.DB, rep.InUse, rep.Quota = r.status.DbSize, r.status.DbSizeInUse, k.Budget.Quota
 	rep.Volume, rep.Free, rep.Alarm = r.size, r.free, r.mine(k.ID)

@@ -443,7 +443,7 @@ func (v volume) mountReplayed(log *slog.Logger, state fsState) (again bool, err 
 // partition (docs/decisions.md, "mke2fs on a first boot"). make bench
 // formats plain etcd's disk with them too, to compare like with like.
 func MkfsArgs(dev string) []string {
-	return []string{"-t", "ext4", "-q", "-F", "-L", "borough-data",
+	return []string{"-t", "ext4", "-q", "-F", "-L", "borough-data", "-m", "0",
 		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", dev}
 }
 
