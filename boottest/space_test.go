@@ -32,10 +32,12 @@ const spaceVolume = 400
 func TestSpace(t *testing.T) {
 	t.Parallel()
 	config, cfgFile := bootstrapped(t, "space")
-	img := nodeImage(t, cmdline.PoweroffOnFatal)
+	// A fatal error reboots the node, as in the field: a runaway writer
+	// may make etcd's own write fail once (volumeFilled).
+	img := nodeImage(t)
 	port, apiPort := freePort(t), freePort(t)
 	node, api := "127.0.0.1:"+strconv.Itoa(port), "127.0.0.1:"+strconv.Itoa(apiPort)
-	opts := qemu.Options{Image: img, StateDir: t.TempDir(), FwCfg: cfgFile,
+	opts := qemu.Options{Image: img, StateDir: t.TempDir(), FwCfg: cfgFile, Control: true,
 		TestParams: cmdline.TestVolume + "=" + strconv.Itoa(spaceVolume),
 		Forwards:   []qemu.Forward{{Host: port, Guest: 2379}, {Host: apiPort, Guest: 7835}}}
 	vm := boot(t, opts)
@@ -102,7 +104,58 @@ func TestSpace(t *testing.T) {
 	t.Logf("writes back %.0f s after the keys were deleted", time.Since(deleted).Seconds())
 	expect(t, vm, stepTimeout, "borough: consensus/space: compacted to the latest revision",
 		"borough: consensus/space: defragmented etcd's database", "borough: consensus/space: etcd's space alarm cleared")
+	volumeFilled(t, vm, env)
 	powerOff(t, vm)
+}
+
+// volumeFilled has someone else's runaway writer fill the node's data
+// volume to its last block (the control port's fill): the member stops
+// taking writes and says why, at once or, when etcd's own write met the
+// full filesystem first, after one restart that the ballast kept for a
+// start lets etcd make; it keeps serving reads, never restarts in a loop,
+// and takes writes again by itself once the file is gone.
+func volumeFilled(t *testing.T, vm *qemu.VM, env map[string]string) {
+	t.Helper()
+	boots := strings.Count(vm.Console(), running)
+	answer, err := vm.Control("fill", 5*time.Minute)
+	if err != nil || !strings.HasPrefix(answer, "ok:") {
+		t.Fatalf("filling the data volume: %q, %v", answer, err)
+	}
+	t.Logf("someone else's writer: %s", answer)
+	var refusal string
+	err = waitUntil(3*time.Minute, func() error {
+		refusal, _ = etcdctl(env, "", "put", "on-a-full-volume", "x")
+		if !strings.Contains(refusal, "database space exceeded") {
+			return &cmdError{refusal}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("a write to a node whose volume someone else filled, want the space alarm's refusal: %v\n%s", err, vm.Tail(40))
+	}
+	if out, err := etcdctl(env, "", "get", "after-the-delete", "--print-value-only"); err != nil || strings.TrimSpace(out) != "x" {
+		t.Errorf("reading a node whose volume someone else filled: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`consensus/space: (error|warning): etcd's space alarm`).MatchString(vm.Console()) {
+		t.Errorf("the console of a node whose volume someone else filled does not name the space alarm:\n%s", vm.Tail(40))
+	}
+	if answer, err := vm.Control("unfill", time.Minute); err != nil || !strings.HasPrefix(answer, "ok:") {
+		t.Fatalf("deleting the file that filled the volume: %q, %v", answer, err)
+	}
+	err = waitUntil(3*time.Minute, func() error {
+		if out, err := etcdctl(env, "", "put", "after-the-fill", "x"); err != nil {
+			return &cmdError{out}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("writes still refused 3 minutes after the volume had room again: %v", err)
+	}
+	restarts := strings.Count(vm.Console(), running) - boots
+	t.Logf("the node restarted %d times while its volume was full", restarts)
+	if restarts > 1 {
+		t.Errorf("the node restarted %d times while its volume was full, want at most once:\n%s", restarts, vm.Tail(60))
+	}
 }
 
 // etcdctl runs Debian's etcdctl with env (etcdEnv's), its standard input

@@ -10,12 +10,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
 )
 
@@ -77,6 +79,11 @@ func control(ctx context.Context) error {
 //	clock D    steps the wall clock by the duration D (e.g. -10m), as a
 //	           time server's step or a wrong real-time clock would.
 //	rogue A    plays a compromised member's attempt A (rogue.go).
+//	fill       fills the data volume with a file of its own until the
+//	           filesystem refuses, as someone else's runaway writer would.
+//	unfill     deletes that file.
+//	stacks     writes every goroutine's stack to the console, for a test
+//	           that finds the node stuck.
 func controlCommand(line string) string {
 	verb, arg, _ := strings.Cut(line, " ")
 	switch verb {
@@ -93,7 +100,45 @@ func controlCommand(line string) string {
 		return "ok: clock stepped by " + d.String() + " to " + now.UTC().Format(time.RFC3339)
 	case "rogue":
 		return rogue(arg)
+	case "fill":
+		return fillVolume()
+	case "stacks":
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		os.Stderr.Write(buf)
+		return fmt.Sprintf("ok: %d bytes of stacks on the console", len(buf))
+	case "unfill":
+		if err := os.Remove(fillFile); err != nil {
+			return "error: " + err.Error()
+		}
+		return "ok: " + fillFile + " deleted"
 	default:
-		return fmt.Sprintf("error: unknown command %q (want: clock DURATION, rogue ATTEMPT)", line)
+		return fmt.Sprintf("error: unknown command %q (want: clock DURATION, rogue ATTEMPT, fill, unfill)", line)
 	}
+}
+
+// fillFile is the file fill writes on the data volume.
+var fillFile = filepath.Join(storage.DataRoot, "test-fill")
+
+// fillVolume writes fillFile a MiB at a time until the filesystem has no
+// room left, and flushes it.
+func fillVolume() string {
+	f, err := os.OpenFile(fillFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	n := 0
+	for ; ; n++ {
+		if _, err := f.Write(chunk); errors.Is(err, unix.ENOSPC) {
+			break
+		} else if err != nil {
+			return fmt.Sprintf("error: after %d MiB: %v", n, err)
+		}
+	}
+	if err := f.Sync(); err != nil && !errors.Is(err, unix.ENOSPC) {
+		return fmt.Sprintf("error: flushing %d MiB: %v", n, err)
+	}
+	return fmt.Sprintf("ok: filled %d MiB until the volume was full", n)
 }
