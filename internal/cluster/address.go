@@ -2,12 +2,8 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/consensus"
@@ -69,24 +65,5 @@ func (mg *Manager) announceMove(ctx context.Context, c *consensus.Consensus, nam
 			return fmt.Errorf("updating the peer URL: %w", err)
 		}
 		return keyspace.AddSerial(ctx, c.Client, name, keyspace.Issue{Serial: serial})
-	})
-}
-
-// keepCAKey keeps a copy of the cluster CA's key on the data volume, once
-// etcd can be read: a node that joined learns it only then.
-func (mg *Manager) keepCAKey(ctx context.Context, c *consensus.Consensus) error {
-	path := mg.pkiFiles().CAKey()
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	return retry(ctx, mg.log, "keeping a copy of the cluster CA key", noneFinal, func() error {
-		resp, err := c.Client.Get(ctx, keyspace.CAKey, clientv3.WithSerializable())
-		if err != nil {
-			return err
-		}
-		if len(resp.Kvs) != 1 {
-			return errors.New("etcd has no CA key yet")
-		}
-		return atomicfile.Write(path, resp.Kvs[0].Value, 0o600)
 	})
 }

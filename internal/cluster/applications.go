@@ -21,23 +21,23 @@ var errApplications = errors.New("the owner's applications CA is new to this mem
 // etcd holds one over the node's owner's key, etcd restarting in the
 // node's turn; one that is not (any member could write it) is passed
 // over, saying why.
-func (mg *Manager) trustApplications(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) error {
-	return mg.retrust(ctx, c, rec, trustChange{
+func (m *Member) trustApplications(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) error {
+	return m.retrust(ctx, c, rec, trustChange{
 		what: "the owner's applications CA", why: errApplications, key: keyspace.ApplicationsCA,
-		take: func(ctx context.Context) (bool, error) { return mg.takeApplicationsCA(ctx, c) },
+		take: func(ctx context.Context) (bool, error) { return m.takeApplicationsCA(ctx, c) },
 	})
 }
 
 // takeApplicationsCA trusts the applications CA etcd holds, if it is the
 // owner's, and says whether that changed what the client port trusts.
-func (mg *Manager) takeApplicationsCA(ctx context.Context, c *consensus.Consensus) (bool, error) {
+func (m *Member) takeApplicationsCA(ctx context.Context, c *consensus.Consensus) (bool, error) {
 	resp, err := c.Client.Get(ctx, keyspace.ApplicationsCA)
 	if err != nil || len(resp.Kvs) == 0 {
 		return false, err
 	}
-	mg.trustMu.Lock()
-	defer mg.trustMu.Unlock()
-	f := mg.pkiFiles()
+	m.trustMu.Lock()
+	defer m.trustMu.Unlock()
+	f := m.pkiFiles()
 	owner, err := f.LoadOwner()
 	if err != nil {
 		return false, err
@@ -47,12 +47,12 @@ func (mg *Manager) takeApplicationsCA(ctx context.Context, c *consensus.Consensu
 		err = authority.CheckApplicationsCA(ca, owner)
 	}
 	if err != nil {
-		mg.log.Warn("refused an applications CA", "owner", pki.Fingerprint(owner), "err", err)
+		m.log.Warn("refused an applications CA", "owner", pki.Fingerprint(owner), "err", err)
 		return false, nil
 	}
 	changed, err := f.TrustApplications(ca)
 	if changed {
-		mg.log.Info("the client port trusts the owner's applications CA", "ca", pki.Fingerprint(ca))
+		m.log.Info("the client port trusts the owner's applications CA", "ca", pki.Fingerprint(ca))
 	}
 	return changed, err
 }

@@ -60,7 +60,7 @@ func (mg *Manager) bootstrap(ctx context.Context, prev *nodestate.Record) (*cons
 		c.Close()
 		return nil, nil, err
 	}
-	if err := mg.member(rec, c); err != nil {
+	if err := mg.recordMember(rec, c); err != nil {
 		c.Close()
 		return nil, nil, err
 	}

@@ -17,20 +17,20 @@ import (
 
 // dataDirectory is the member directory's path on the data volume; the
 // ESP's copy goes through the ledger.
-func (mg *Manager) dataDirectory() string {
-	return datavol.MemberDirectory.In(mg.cfg.DataRoot)
+func (l *local) dataDirectory() string {
+	return datavol.MemberDirectory.In(l.cfg.DataRoot)
 }
 
 // readDirectory reads the data volume's directory, else the ESP's, which
 // the ledger checks (package espledger).
-func (mg *Manager) readDirectory() (*nodestate.Directory, error) {
+func (l *local) readDirectory() (*nodestate.Directory, error) {
 	var errs []error
 	for _, read := range []struct {
 		name string
 		read func() ([]byte, error)
 	}{
-		{mg.dataDirectory(), func() ([]byte, error) { return os.ReadFile(mg.dataDirectory()) }},
-		{string(esp.MemberDirectory), func() ([]byte, error) { return mg.cfg.Ledger.Read(esp.MemberDirectory) }},
+		{l.dataDirectory(), func() ([]byte, error) { return os.ReadFile(l.dataDirectory()) }},
+		{string(esp.MemberDirectory), func() ([]byte, error) { return l.cfg.Ledger.Read(esp.MemberDirectory) }},
 	} {
 		b, err := read.read()
 		if err != nil {
@@ -49,7 +49,7 @@ func (mg *Manager) readDirectory() (*nodestate.Directory, error) {
 
 // keepDirectory writes the directory whenever the membership changes,
 // until ctx ends.
-func (mg *Manager) keepDirectory(ctx context.Context, c *consensus.Consensus, cluster string) {
+func (m *Member) keepDirectory(ctx context.Context, c *consensus.Consensus, cluster string) {
 	var last *nodestate.Directory
 	for {
 		d := &nodestate.Directory{Cluster: cluster, Members: map[string][]string{}}
@@ -59,8 +59,8 @@ func (mg *Manager) keepDirectory(ctx context.Context, c *consensus.Consensus, cl
 			}
 		}
 		if last == nil || !last.Same(d) {
-			if err := mg.writeDirectory(d); err != nil {
-				mg.log.Warn("writing the member directory", "err", err)
+			if err := m.writeDirectory(d); err != nil {
+				m.log.Warn("writing the member directory", "err", err)
 			} else {
 				last = d
 			}
@@ -74,13 +74,13 @@ func (mg *Manager) keepDirectory(ctx context.Context, c *consensus.Consensus, cl
 }
 
 // writeDirectory writes d to the data volume, then to the ESP.
-func (mg *Manager) writeDirectory(d *nodestate.Directory) error {
+func (l *local) writeDirectory(d *nodestate.Directory) error {
 	b, err := d.Marshal()
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Write(mg.dataDirectory(), b, 0o600); err != nil {
+	if err := atomicfile.Write(l.dataDirectory(), b, 0o600); err != nil {
 		return fmt.Errorf("writing the member directory: %w", err)
 	}
-	return mg.cfg.Ledger.Write(map[esp.File][]byte{esp.MemberDirectory: b})
+	return l.cfg.Ledger.Write(map[esp.File][]byte{esp.MemberDirectory: b})
 }

@@ -1,14 +1,26 @@
-// Package cluster is the node's cluster manager: the one object that owns
-// the node's lifecycle, from New to Running (or Failed). It bootstraps a
-// new cluster (bootstrap.go), joins a running one with a ticket
-// (join.go), or restarts into the cluster the node already belongs to
-// (restart.go); then it runs the member and its join endpoint.
+// Package cluster brings the node into its cluster and runs its member.
+// It is in two parts, which share what the node keeps of its cluster
+// (local.go: its PKI directory, the node state records, the member
+// directory, and starting etcd from its data):
 //
-//	New ──▶ CreatingCluster ──▶ Running
-//	  │ ──▶ Joining ──────────▶   ▲
-//	  │ ──▶ Restarting ──────────┘
-//	  └───────────────▶ Failed ◀── (from any state; from Running only when
-//	                                 the cluster removed the node)
+//   - the way in, Manager: it bootstraps a new cluster (bootstrap.go),
+//     restores one from the owner's backup (restore.go), joins a running
+//     one with a ticket (join.go), or restarts into the cluster the node
+//     already belongs to (restart.go), moving the node's lifecycle as it
+//     goes, and hands back the running member;
+//
+//   - the running Member (member.go): etcd and the long-running services
+//     around it, each a named supervised service: the join endpoint, the
+//     removal watch (removal.go), the member directory (directory.go), the
+//     owner's hand-overs (handover.go) and applications CA
+//     (applications.go), the owner's recovery (recover.go) and the node's
+//     unlock key with the cluster (package clusterkey).
+//
+//     New ──▶ CreatingCluster ──▶ Running
+//     │ ──▶ Joining ──────────▶   ▲
+//     │ ──▶ Restarting ──────────┘
+//     └───────────────▶ Failed ◀── (from any state; from Running only when
+//     the cluster removed the node)
 //
 // A node state record (Record), written atomically to the ESP and to the
 // data volume, tells a fresh node from one that must restart into its

@@ -23,7 +23,6 @@ import (
 	"github.com/borough-os/borough/internal/nodestate"
 	"github.com/borough-os/borough/internal/pki"
 	"github.com/borough-os/borough/internal/ticket"
-	"github.com/borough-os/borough/proto/enrolmentpb"
 	"github.com/borough-os/borough/proto/joinpb"
 )
 
@@ -122,7 +121,7 @@ func (mg *Manager) join(ctx context.Context, prev *nodestate.Record) (*consensus
 		return nil, nil, err
 	}
 	mg.pause(JoinStarted)
-	if err := mg.member(rec, c); err != nil {
+	if err := mg.recordMember(rec, c); err != nil {
 		c.Close()
 		return nil, nil, err
 	}
@@ -162,7 +161,7 @@ func (mg *Manager) unfinished(ctx context.Context, rec *nodestate.Record) (*cons
 	if err != nil {
 		return nil, dir, err
 	}
-	if err := mg.member(rec, c); err != nil {
+	if err := mg.recordMember(rec, c); err != nil {
 		c.Close()
 		return nil, dir, err
 	}
@@ -306,29 +305,6 @@ func (mg *Manager) awaitRole(ctx context.Context, c *consensus.Consensus) (strin
 		}
 	}
 	return "voter", nil
-}
-
-func (mg *Manager) learnerForGood() bool {
-	t := mg.cfg.Enrolment.Ticket
-	return t != nil && t.GetRole() == enrolmentpb.Role_ROLE_LEARNER
-}
-
-// reportPromotion logs when a learner becomes a voter; a learner
-// removed is no learner either, and no voter.
-func (mg *Manager) reportPromotion(ctx context.Context, c *consensus.Consensus) {
-	if !c.IsLearner() || mg.learnerForGood() {
-		return
-	}
-	for c.IsLearner() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	if !c.Removed() {
-		mg.log.Info("promoted to voter")
-	}
 }
 
 // joinOwner is the owner the node trusts once it joined: the one its

@@ -316,9 +316,9 @@ func (j *joinCrashCluster) run(t *testing.T, c joinCrash, ip string, bySnapshot 
 }
 
 // dataRecordIn is the data volume's node state record of the joining
-// node in dir (Manager.dataRecord).
+// node in dir (local.dataRecord).
 func dataRecordIn(dir string) string {
-	return (&Manager{cfg: Config{DataRoot: filepath.Join(dir, "data")}}).dataRecord()
+	return (&local{cfg: Config{DataRoot: filepath.Join(dir, "data")}}).dataRecord()
 }
 
 // checkJoined checks that the node in dir is a member whose record, log

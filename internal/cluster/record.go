@@ -76,32 +76,32 @@ func decide(esp, data *nodestate.Record, espDamaged, freshData, joining bool) De
 
 // dataRecord is the node state record's path on the data volume; the
 // ESP's goes through the ledger.
-func (mg *Manager) dataRecord() string {
-	return datavol.NodeRecord.In(mg.cfg.DataRoot)
+func (l *local) dataRecord() string {
+	return datavol.NodeRecord.In(l.cfg.DataRoot)
 }
 
 // recordRemoval records in the node state records that the cluster
 // removed the node, and returns the error that says so.
-func (mg *Manager) recordRemoval(rec *nodestate.Record) error {
+func (l *local) recordRemoval(rec *nodestate.Record) error {
 	rec.Phase = nodestate.PhaseRemoved
-	if err := mg.writeRecords(rec); err != nil {
-		mg.log.Warn("recording the removal", "err", err)
+	if err := l.writeRecords(rec); err != nil {
+		l.log.Warn("recording the removal", "err", err)
 	}
 	return &consensus.RemovedError{Cluster: rec.Cluster}
 }
 
 // writeRecords writes rec to the data volume, then to the ESP.
-func (mg *Manager) writeRecords(rec *nodestate.Record) error {
-	if err := nodestate.WriteRecord(mg.dataRecord(), rec); err != nil {
+func (l *local) writeRecords(rec *nodestate.Record) error {
+	if err := nodestate.WriteRecord(l.dataRecord(), rec); err != nil {
 		return err
 	}
-	return mg.writeESPRecord(rec)
+	return l.writeESPRecord(rec)
 }
 
 // readESPRecord reads the ESP's node state record through the ledger: a
 // copy the ledger refuses is damaged, and the data volume's decides.
-func (mg *Manager) readESPRecord() (*nodestate.Record, error) {
-	b, err := mg.cfg.Ledger.Read(esp.NodeState)
+func (l *local) readESPRecord() (*nodestate.Record, error) {
+	b, err := l.cfg.Ledger.Read(esp.NodeState)
 	if r := (*espledger.Refused)(nil); errors.As(err, &r) {
 		return nil, fmt.Errorf("node state record %s: %w: %w", esp.NodeState, nodestate.ErrDamaged, err)
 	}
@@ -110,19 +110,19 @@ func (mg *Manager) readESPRecord() (*nodestate.Record, error) {
 
 // writeESPRecord writes rec to the ESP through the ledger, unless the
 // ESP holds it already.
-func (mg *Manager) writeESPRecord(rec *nodestate.Record) error {
+func (l *local) writeESPRecord(rec *nodestate.Record) error {
 	f, err := nodestate.RecordFile(string(esp.NodeState), rec)
 	if err != nil {
 		return err
 	}
-	if err := mg.cfg.Ledger.Write(map[esp.File][]byte{esp.NodeState: f.Data}); err != nil {
+	if err := l.cfg.Ledger.Write(map[esp.File][]byte{esp.NodeState: f.Data}); err != nil {
 		return fmt.Errorf("writing node state record: %w", err)
 	}
 	return nil
 }
 
-// member records the started member in the node state record.
-func (mg *Manager) member(rec *nodestate.Record, c *consensus.Consensus) error {
+// recordMember records the started member in the node state record.
+func (mg *Manager) recordMember(rec *nodestate.Record, c *consensus.Consensus) error {
 	rec.Phase = nodestate.PhaseMember
 	rec.ClusterID = nodestate.HexID(c.ClusterID())
 	rec.MemberID = nodestate.HexID(c.MemberID())

@@ -39,13 +39,13 @@ type recovery struct {
 	Done time.Time `json:"done,omitzero"`
 }
 
-func (mg *Manager) recoveryFile() string {
-	return datavol.Recovery.In(mg.cfg.DataRoot)
+func (l *local) recoveryFile() string {
+	return datavol.Recovery.In(l.cfg.DataRoot)
 }
 
 // readRecovery returns the recorded request, nil if there is none.
-func (mg *Manager) readRecovery() (*recovery, error) {
-	b, err := os.ReadFile(mg.recoveryFile())
+func (l *local) readRecovery() (*recovery, error) {
+	b, err := os.ReadFile(l.recoveryFile())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -54,17 +54,17 @@ func (mg *Manager) readRecovery() (*recovery, error) {
 	}
 	var r recovery
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", mg.recoveryFile(), err)
+		return nil, fmt.Errorf("%s: %w", l.recoveryFile(), err)
 	}
 	return &r, nil
 }
 
-func (mg *Manager) writeRecovery(r *recovery) error {
+func (l *local) writeRecovery(r *recovery) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(mg.recoveryFile(), b, 0o600)
+	return atomicfile.Write(l.recoveryFile(), b, 0o600)
 }
 
 // Recover records the owner's request to make this member its cluster's
@@ -75,7 +75,7 @@ func (mg *Manager) Recover() error {
 	case st.State != lifecycle.Restarting && st.State != lifecycle.Running:
 		return fmt.Errorf("the node is not a member with its data (state %s)", st.State)
 	}
-	if c := mg.serving.Load(); c != nil && c.HasLeader() {
+	if m := mg.running.Load(); m != nil && m.hasLeader() {
 		return errors.New("the member has a leader: its cluster has its quorum; remove the members that are " +
 			"gone with borough node remove instead (forcing this member alone would split the cluster in two)")
 	}
@@ -101,43 +101,43 @@ func (mg *Manager) Recover() error {
 
 // forced sets cfg to start the member forced if a recorded request is not
 // yet done, and returns that request (nil if there is none).
-func (mg *Manager) forced(cfg *consensus.Config) (*recovery, error) {
-	mg.recovering.Lock()
-	defer mg.recovering.Unlock()
-	r, err := mg.readRecovery()
+func (l *local) forced(cfg *consensus.Config) (*recovery, error) {
+	l.recovering.Lock()
+	defer l.recovering.Unlock()
+	r, err := l.readRecovery()
 	if err != nil || r == nil || !r.Done.IsZero() {
 		return nil, err
 	}
 	// This start is the one the request asked for: a wake-up sent with it
 	// would restart the member once more.
 	select {
-	case <-mg.recoverNow:
+	case <-l.recoverNow:
 	default:
 	}
 	cfg.ForceNewCluster, cfg.Alone = true, true
-	mg.log.Warn("recovering: starting etcd as its cluster's only member, with its data (etcd's --force-new-cluster)")
+	l.log.Warn("recovering: starting etcd as its cluster's only member, with its data (etcd's --force-new-cluster)")
 	return r, nil
 }
 
 // recovered records r, the request a forced start that now runs answered,
 // done.
-func (mg *Manager) recovered(r *recovery) error {
+func (l *local) recovered(r *recovery) error {
 	r.Done = time.Now()
-	if err := mg.writeRecovery(r); err != nil {
+	if err := l.writeRecovery(r); err != nil {
 		return fmt.Errorf("recording the recovery done: %w", err)
 	}
-	mg.log.Warn("recovered: this member is its cluster's only member; remove the members that are gone " +
+	l.log.Warn("recovered: this member is its cluster's only member; remove the members that are gone " +
 		"(borough cluster recover does) and join new ones with tickets")
 	return nil
 }
 
 // awaitRecover ends with errRecovering when the owner asks to recover, for
 // the member's services.
-func (mg *Manager) awaitRecover(ctx context.Context) error {
+func (m *Member) awaitRecover(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return nil
-	case <-mg.recoverNow:
+	case <-m.recoverNow:
 		return errRecovering
 	}
 }

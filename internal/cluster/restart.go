@@ -57,31 +57,31 @@ const statusAfter = 10 * time.Second
 // has not yet revoked the node tells it it was removed. A removal, said
 // so or seen by etcd as it starts, is recorded in the node state records
 // (recordRemoval), and the error says it.
-func (mg *Manager) startMember(ctx context.Context, rec *nodestate.Record) (*consensus.Consensus, error) {
-	c, err := mg.startOrRemoved(ctx, rec)
+func (l *local) startMember(ctx context.Context, rec *nodestate.Record) (*consensus.Consensus, error) {
+	c, err := l.startOrRemoved(ctx, rec)
 	for errors.Is(err, errRecovering) {
-		c, err = mg.startOrRemoved(ctx, rec)
+		c, err = l.startOrRemoved(ctx, rec)
 	}
 	if errors.Is(err, consensus.ErrRemoved) {
-		return nil, mg.recordRemoval(rec)
+		return nil, l.recordRemoval(rec)
 	}
 	if err == nil && c.Removed() {
 		c.Close()
-		return nil, mg.recordRemoval(rec)
+		return nil, l.recordRemoval(rec)
 	}
 	return c, err
 }
 
 // startOrRemoved is startMember before it records a removal.
-func (mg *Manager) startOrRemoved(ctx context.Context, rec *nodestate.Record) (*consensus.Consensus, error) {
+func (l *local) startOrRemoved(ctx context.Context, rec *nodestate.Record) (*consensus.Consensus, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
 		c   *consensus.Consensus
 		err error
 	}
-	cfg := mg.consensusConfig(rec.Node, rec.Cluster, consensus.ModeRestart)
-	request, err := mg.forced(&cfg)
+	cfg := l.consensusConfig(rec.Node, rec.Cluster, consensus.ModeRestart)
+	request, err := l.forced(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *nodestate.Record) (*
 	go func() {
 		c, err := consensus.Start(ctx, cfg)
 		if err == nil && request != nil {
-			if err = mg.recovered(request); err != nil {
+			if err = l.recovered(request); err != nil {
 				c.Close()
 				c = nil
 			}
@@ -99,7 +99,7 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *nodestate.Record) (*
 	wait := statusAfter
 	for {
 		select {
-		case <-mg.recoverNow:
+		case <-l.recoverNow:
 			cancel()
 			if r := <-done; r.c != nil {
 				r.c.Close()
@@ -108,7 +108,7 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *nodestate.Record) (*
 		case r := <-done:
 			// etcd also stops when a peer tells it it was removed.
 			if r.err != nil {
-				if removed, err := mg.askStatus(ctx, rec.Node); err == nil && removed {
+				if removed, err := l.askStatus(ctx, rec.Node); err == nil && removed {
 					return nil, &consensus.RemovedError{Cluster: rec.Cluster}
 				}
 			}
@@ -116,9 +116,9 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *nodestate.Record) (*
 		case <-time.After(wait):
 		}
 		wait = 5 * time.Second
-		removed, err := mg.askStatus(ctx, rec.Node)
+		removed, err := l.askStatus(ctx, rec.Node)
 		if err != nil {
-			mg.log.Info("etcd is not ready yet, and no peer says whether this node is still a member", "err", err)
+			l.log.Info("etcd is not ready yet, and no peer says whether this node is still a member", "err", err)
 			continue
 		}
 		if removed {
@@ -128,67 +128,19 @@ func (mg *Manager) startOrRemoved(ctx context.Context, rec *nodestate.Record) (*
 			}
 			return nil, &consensus.RemovedError{Cluster: rec.Cluster}
 		}
-		mg.log.Info("etcd is not ready yet; the peers still count this node as a member")
-	}
-}
-
-// leaderCheckEvery is how often watchRemoval looks at the member's
-// leader; leaderConfirmWait how long it waits for a learner's leader to
-// confirm it.
-const (
-	leaderCheckEvery  = 5 * time.Second
-	leaderConfirmWait = 2 * time.Second
-)
-
-// watchRemoval asks the peers whether the cluster removed this node once
-// its member has been without a leader that leads it (consensus.Led) for
-// statusAfter, and returns consensus.ErrRemoved when one says so. A
-// removal revokes the node's certificate first: the peers can put the
-// revocation in force and refuse the member before the removal reaches
-// it, and a member cut off so never learns it from etcd.
-func (mg *Manager) watchRemoval(ctx context.Context, c *consensus.Consensus, self string) error {
-	var since time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(leaderCheckEvery):
-		}
-		now := time.Now()
-		led := c.Led(ctx, leaderConfirmWait)
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case led:
-			since = time.Time{}
-			continue
-		case since.IsZero():
-			since = now
-			continue
-		case time.Since(since) < statusAfter:
-			continue
-		}
-		since = time.Now()
-		removed, err := mg.askStatus(ctx, self)
-		switch {
-		case err != nil:
-			mg.log.Warn("this member has no leader that confirms it, and no peer says whether the cluster removed it", "err", err)
-		case removed:
-			mg.log.Warn("this member has no leader that confirms it, and a peer says the cluster removed it")
-			return consensus.ErrRemoved
-		}
+		l.log.Info("etcd is not ready yet; the peers still count this node as a member")
 	}
 }
 
 // askStatus asks the peers in the member directory whether the cluster
 // still counts this node as a member; with an owner, a peer that says it
 // does not must show the owner's word for it.
-func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
-	endpoints, err := mg.statusEndpoints(self)
+func (l *local) askStatus(ctx context.Context, self string) (bool, error) {
+	endpoints, err := l.statusEndpoints(self)
 	if err != nil {
 		return false, err
 	}
-	f := mg.pkiFiles()
+	f := l.pkiFiles()
 	cert, err := f.LoadIdentity()
 	if err != nil {
 		return false, err
@@ -207,12 +159,12 @@ func (mg *Manager) askStatus(ctx context.Context, self string) (bool, error) {
 // statusEndpoints are the join endpoints of the member directory's peers,
 // or, for a node that has no directory yet because its join did not
 // finish, its ticket's.
-func (mg *Manager) statusEndpoints(self string) ([]string, error) {
-	d, err := mg.readDirectory()
+func (l *local) statusEndpoints(self string) ([]string, error) {
+	d, err := l.readDirectory()
 	if err == nil {
 		return d.PeerEndpoints(self), nil
 	}
-	if t := mg.cfg.Enrolment.Ticket; t != nil {
+	if t := l.cfg.Enrolment.Ticket; t != nil {
 		return t.GetJoinEndpoints(), nil
 	}
 	return nil, fmt.Errorf("reading the member directory: %w", err)

@@ -90,7 +90,7 @@ func (mg *Manager) restore(ctx context.Context, cluster, name string) (*consensu
 		err = mg.storeCluster(ctx, c, cluster, ca, name, node)
 	}
 	if err == nil {
-		err = mg.member(rec, c)
+		err = mg.recordMember(rec, c)
 	}
 	if err != nil {
 		c.Close()

@@ -110,7 +110,7 @@ func TestAlone(t *testing.T) {
 			log := slog.New(console.NewHandler(io.Discard))
 			mg := New(log, Config{DataRoot: filepath.Join(dir, "data"), ESPRoot: filepath.Join(dir, "esp"),
 				Ledger: espledger.Unauthenticated(filepath.Join(dir, "esp"))}, lifecycle.Start(log))
-			mg.retimed = tc.retimed
+			mg.retimed.Store(tc.retimed)
 			if tc.directory != nil {
 				d := &nodestate.Directory{Cluster: "prod", Members: map[string][]string{}}
 				for _, n := range tc.directory {

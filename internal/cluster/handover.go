@@ -37,10 +37,10 @@ const handOverStagger = 10 * time.Second
 // key, and etcd restarts in the node's turn to trust them. A hand-over
 // any member could have made (not signed by the node's owner, or
 // numbered no higher than the last it took) is passed over, saying why.
-func (mg *Manager) followOwner(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) error {
-	return mg.retrust(ctx, c, rec, trustChange{
+func (m *Member) followOwner(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) error {
+	return m.retrust(ctx, c, rec, trustChange{
 		what: "the new owner", why: errHandedOver, key: keyspace.Successions, prefix: true,
-		take: func(ctx context.Context) (bool, error) { return mg.takeHandOvers(ctx, c, rec) },
+		take: func(ctx context.Context) (bool, error) { return m.takeHandOvers(ctx, c, rec) },
 	})
 }
 
@@ -60,8 +60,8 @@ type trustChange struct {
 // retrust takes ch as etcd has it and at each change of it, in a cluster
 // with an owner, until the client port's trust changes; then etcd
 // restarts, in the node's turn.
-func (mg *Manager) retrust(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record, ch trustChange) error {
-	if owner, err := mg.pkiFiles().LoadOwner(); owner == nil || err != nil {
+func (m *Member) retrust(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record, ch trustChange) error {
+	if owner, err := m.pkiFiles().LoadOwner(); owner == nil || err != nil {
 		<-ctx.Done()
 		return err
 	}
@@ -76,7 +76,7 @@ func (mg *Manager) retrust(ctx context.Context, c *consensus.Consensus, rec *nod
 			return fmt.Errorf("taking %s: %w", ch.what, err)
 		}
 		if changed {
-			return mg.restartInTurn(ctx, c, rec.Node, ch.what, ch.why)
+			return m.restartInTurn(ctx, c, rec.Node, ch.what, ch.why)
 		}
 		select {
 		case <-ctx.Done():
@@ -94,8 +94,8 @@ func (mg *Manager) retrust(ctx context.Context, c *consensus.Consensus, rec *nod
 
 // takeHandOvers takes the hand-overs etcd holds that follow from the
 // node's owner, and says whether it took any.
-func (mg *Manager) takeHandOvers(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) (bool, error) {
-	f := mg.pkiFiles()
+func (m *Member) takeHandOvers(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record) (bool, error) {
+	f := m.pkiFiles()
 	owner, err := f.LoadOwner()
 	if err != nil {
 		return false, err
@@ -114,34 +114,34 @@ func (mg *Manager) takeHandOvers(ctx context.Context, c *consensus.Consensus, re
 	}
 	taken, refused := authority.Succeed(statements, owner, after, rec.Cluster)
 	if refused != nil {
-		mg.log.Warn("refused an owner hand-over", "owner", pki.Fingerprint(owner), "err", refused)
+		m.log.Warn("refused an owner hand-over", "owner", pki.Fingerprint(owner), "err", refused)
 	}
 	if len(taken) == 0 {
 		return false, nil
 	}
 	last := taken[len(taken)-1]
 	var more []atomicfile.File
-	if admission, err := mg.admissionBy(ctx, c, rec, last.Owner); err != nil {
-		mg.log.Warn("taking a hand-over without the node's admission by the next owner: peers seal it nothing until "+
+	if admission, err := m.admissionBy(ctx, c, rec, last.Owner); err != nil {
+		m.log.Warn("taking a hand-over without the node's admission by the next owner: peers seal it nothing until "+
 			"the owner admits it (borough cluster admit)", "succession", last.Number, "err", err)
 	} else {
 		more = append(more, atomicfile.File{Path: f.Admission(), Data: admission, Perm: 0o600})
 	}
-	mg.trustMu.Lock()
+	m.trustMu.Lock()
 	err = f.HandOver(last, more...)
-	mg.trustMu.Unlock()
+	m.trustMu.Unlock()
 	if err != nil {
 		return false, err
 	}
-	mg.log.Info("the cluster has a new owner", "succession", last.Number, "from", pki.Fingerprint(owner),
+	m.log.Info("the cluster has a new owner", "succession", last.Number, "from", pki.Fingerprint(owner),
 		"owner", pki.Fingerprint(last.Owner), "name", last.Owner.Subject.CommonName)
 	return true, nil
 }
 
 // admissionBy is the node's admission by owner, from its record in etcd,
 // which the owner's tool rewrote with the hand-over.
-func (mg *Manager) admissionBy(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record, owner *x509.Certificate) ([]byte, error) {
-	id, err := mg.Identity()
+func (m *Member) admissionBy(ctx context.Context, c *consensus.Consensus, rec *nodestate.Record, owner *x509.Certificate) ([]byte, error) {
+	id, err := m.Identity()
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (mg *Manager) admissionBy(ctx context.Context, c *consensus.Consensus, rec 
 // names, handOverStagger apart; a learner that never started has no name
 // yet), then ends the member's services with why, for etcd to start
 // again and trust what on its client port.
-func (mg *Manager) restartInTurn(ctx context.Context, c *consensus.Consensus, node, what string, why error) error {
+func (m *Member) restartInTurn(ctx context.Context, c *consensus.Consensus, node, what string, why error) error {
 	var names []string
 	for _, m := range c.Members() {
 		if m.Name != "" {
@@ -165,7 +165,7 @@ func (mg *Manager) restartInTurn(ctx context.Context, c *consensus.Consensus, no
 	}
 	slices.Sort(names)
 	turn := time.Duration(max(slices.Index(names, node), 0)) * handOverStagger
-	mg.log.Info("restarting etcd to trust "+what+" on its client port", "in", turn)
+	m.log.Info("restarting etcd to trust "+what+" on its client port", "in", turn)
 	select {
 	case <-ctx.Done():
 		return nil
