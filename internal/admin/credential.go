@@ -75,7 +75,7 @@ func (p CredentialParams) check() error {
 // (a name in use is refused: revoke it first; a mint cut short is
 // revoked too), then makes its role and user, then, if the cluster has
 // none of this owner's yet, stores the applications CA, last, for it
-// restarts each member's etcd in its turn (cluster.Manager.retrust). It
+// restarts each member's etcd in its turn (cluster.Member.retrust). It
 // returns the certificate, valid for p.TTL from now, and the
 // applications CA.
 func MintCredential(ctx context.Context, c *clientv3.Client, p CredentialParams, owner tls.Certificate, now time.Time) (*pki.Cert, *x509.Certificate, error) {
