@@ -157,7 +157,7 @@ func TestLeaderConfirms(t *testing.T) {
 		t.Fatal("the learner beside its running leader is not led")
 	}
 	stopLeader()
-	time.Sleep(3 * time.Second)
+	awaitTrue(t, time.Minute, "the learner's leader to stop confirming", func() bool { return confirms() != nil })
 	if err := confirms(); err == nil || !learner.HasLeader() {
 		t.Fatalf("the learner after its leader stopped: has a leader %v, confirmed: %v; want a leader named but not confirming", learner.HasLeader(), err)
 	}

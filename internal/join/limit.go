@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -31,6 +32,8 @@ const (
 type budgets struct {
 	mu      sync.Mutex
 	sources map[netip.Addr]*rate.Limiter
+	// clock is the time budgets fill by, time.Now unless a test sets it.
+	clock func() time.Time
 }
 
 // allow takes one from a's budget. Once maxSources addresses are
@@ -43,20 +46,24 @@ func (b *budgets) allow(a netip.Addr) bool {
 	if b.sources == nil {
 		b.sources = map[netip.Addr]*rate.Limiter{}
 	}
+	now := time.Now()
+	if b.clock != nil {
+		now = b.clock()
+	}
 	lim, ok := b.sources[a]
 	if !ok {
 		if len(b.sources) >= maxSources {
-			b.forgetIdle()
+			b.forgetIdle(now)
 		}
 		lim = rate.NewLimiter(sourceRate, sourceBurst)
 		b.sources[a] = lim
 	}
-	return lim.Allow()
+	return lim.AllowN(now, 1)
 }
 
-func (b *budgets) forgetIdle() {
+func (b *budgets) forgetIdle(now time.Time) {
 	for a, lim := range b.sources {
-		if lim.Tokens() >= sourceBurst {
+		if lim.TokensAt(now) >= sourceBurst {
 			delete(b.sources, a)
 		}
 	}

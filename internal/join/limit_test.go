@@ -80,7 +80,8 @@ func TestLimiter(t *testing.T) {
 // TestBudgetsForget remembers at most maxSources addresses, forgetting
 // those whose budget is full again (idle) before a busy one.
 func TestBudgetsForget(t *testing.T) {
-	var b budgets
+	now := time.Now()
+	b := budgets{clock: func() time.Time { return now }}
 	busy := netip.MustParseAddr("192.0.2.1")
 	for range sourceBurst {
 		b.allow(busy)
@@ -89,7 +90,7 @@ func TestBudgetsForget(t *testing.T) {
 		b.allow(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}))
 	}
 	// One token each back: the others are idle, busy is not.
-	time.Sleep(time.Duration(float64(time.Second) / float64(sourceRate)))
+	now = now.Add(time.Duration(float64(time.Second) / float64(sourceRate)))
 	for i := range 10 {
 		b.allow(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}))
 	}
