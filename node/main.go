@@ -153,7 +153,7 @@ func closeAndExit(log *slog.Logger, st *storage.Storage, code int) int {
 // first: keys, TLS and DHCP wait for it. With it ready (a CPU, firmware or
 // device RNG credited it), it waits until the node runs: crediting adds
 // to a pool already good, and replacing the seed file waits on the ESP's
-// writes, 30 ms of a restart under TCG.
+// writes (docs/decisions.md, "The entropy seed's write").
 func seedEntropy(log *slog.Logger, t *tpm.TPM, tl *timeline.Timeline) {
 	if !entropy.Ready() {
 		refresh := entropy.Seed(log, storage.ESPRoot, generator(t))

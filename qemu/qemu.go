@@ -188,22 +188,17 @@ func (o *Options) defaults() error {
 const tcgRAM = "ram"
 
 // tcgCPU is the CPU of a VM under TCG: QEMU's "max" with an invariant
-// TSC and without ERMS and FSRM (fast REP MOVSB/STOSB). Both are measured
-// costs of emulation, not of Borough:
+// TSC and without ERMS and FSRM (fast REP MOVSB/STOSB). Both are costs of
+// emulation, not of Borough (docs/decisions.md, "The CPU of a VM under
+// TCG", has the samples):
 //   - Without an invariant TSC, as any x86 machine Borough runs on has (a
 //     TPM 2.0 and UEFI make it 2013 or later), Linux keeps checking the
 //     TSC against the emulated HPET (its clocksource watchdog), and each
-//     HPET read is an exit to QEMU. Sampling the guest's instruction
-//     pointer through QEMU's gdbstub over a restart put 7% of the samples
-//     from "init started" to "node running" in read_hpet, and none with
-//     the invariant TSC. Linux then trusts the TSC, as it does on real
-//     hardware with an invariant TSC and TSC_ADJUST.
-//   - With ERMS, Linux copies and clears memory (memcpy, clear_page,
-//     copies to user space) with REP MOVSB/STOSB, which TCG runs a byte
-//     at a time: under qemu-x86_64 REP MOVSB moved 64 MiB in 179 ms and
-//     REP MOVSQ in 25 ms (REP STOSB 148 ms, STOSQ 18 ms). Without it
-//     Linux uses the quadword forms. In the samples of the node's run,
-//     clear_page went from 66 to 12 of some 800.
+//     HPET read is an exit to QEMU. With it, Linux trusts the TSC, as it
+//     does on real hardware with an invariant TSC and TSC_ADJUST.
+//   - With ERMS, Linux copies and clears memory with REP MOVSB/STOSB,
+//     which TCG runs a byte at a time; without it Linux uses the quadword
+//     forms.
 //
 // Under KVM the CPU is the host's and the guest's clock is kvm-clock.
 const tcgCPU = "max,+invtsc,-erms,-fsrm"

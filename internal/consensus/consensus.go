@@ -54,14 +54,12 @@
 //
 // A member that is its cluster's only voter waits for nobody, yet etcd's
 // raft makes it wait for an election timeout, randomized over a whole
-// timeout, each time it starts: with etcd's timing (100 ms ticks, a
-// 1000 ms timeout) anywhere from 0.1 to 1 s of every boot of a one-node
-// cluster, the largest share of its etcd start under TCG. A member that
-// starts alone (Config.Alone) therefore runs with aloneTiming: a tenth of
-// etcd's tick and the shortest election timeout etcd takes, five ticks,
-// so that it waits 10 to 50 ms. A shorter tick would cut that further,
-// but would wake an idle node more often: a one-node VM that does nothing
-// already spends a fifth of a host core on its 10 ms ticks under TCG.
+// timeout, each time it starts: with etcd's timing, the largest share of
+// a one-node cluster's etcd start. A member that starts alone
+// (Config.Alone) therefore runs with aloneTiming: a tenth of etcd's tick
+// and the shortest election timeout etcd takes, five ticks. A shorter
+// tick would cut the wait further, but would wake an idle node more often
+// (docs/decisions.md, "A lone member's raft timing", has the figures).
 // That timing would not do for several voters: a leader steps down when
 // no quorum answers within one timeout, and a slow network or a loaded
 // machine would make it lose its leadership over and over. So a member
