@@ -49,7 +49,7 @@ func TestUpdate(t *testing.T) {
 	failing := signedImage(t, config, "1.2.0", cmdline.TestFatal+"=the-new-version-fails")
 	port, apiPort := freePort(t), freePort(t)
 	api := "127.0.0.1:" + strconv.Itoa(apiPort)
-	opts := qemu.Options{Image: v1, StateDir: t.TempDir(), FwCfg: cfgFile, Watchdog: true, TPM: true,
+	opts := qemu.Options{Image: v1, StateDir: t.TempDir(), FwCfg: cfgFile, Watchdog: true, TPM: true, Control: true,
 		Forwards: []qemu.Forward{{Host: port, Guest: 2379}, {Host: apiPort, Guest: 7835}}}
 	vm := boot(t, opts)
 	expect(t, vm, bootTimeout, "borough: update: boot slot A version=1.0.0 boot=normal", running)
@@ -125,6 +125,26 @@ func TestUpdate(t *testing.T) {
 		expect(t, vm, bootTimeout, "borough: update: boot slot B version=1.1.0 boot=normal", running)
 		contains(t, "node info", cli(t, "--config", config, "node", "info", api),
 			"version      1.1.0", "boot slot    B", "update       confirmed: 1.1.0 in slot B (from 1.0.0)")
+	})
+
+	// Firmware that loses or reorders its boot entries (a firmware update,
+	// a flat CMOS battery) starts slot A, whose boot binary is also what
+	// it starts without an entry, while the node's keys are sealed to
+	// slot B's: the node writes its entries again and reboots into slot
+	// B, by itself.
+	t.Run("boot entries lost or reordered", func(t *testing.T) {
+		for _, change := range []string{"efi first A", "efi drop"} {
+			answer, err := vm.Control(change, time.Minute)
+			if err != nil || !strings.HasPrefix(answer, "ok:") {
+				t.Fatalf("%s: %q, %v", change, answer, err)
+			}
+			powerOff(t, vm)
+			vm = boot(parent, opts)
+			expect(t, vm, bootTimeout, "borough: update: boot slot A version=1.0.0 boot=normal",
+				"the firmware started slot A, but this node runs slot B (its boot entries were lost or reordered)",
+				"borough: update: boot slot B version=1.1.0 boot=normal", running)
+		}
+		greet(t, "from 1.0.0")
 	})
 
 	t.Run("downgrade refused", func(t *testing.T) {

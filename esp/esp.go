@@ -25,6 +25,11 @@ const (
 	// UpdateRecord says which slot an update installed and whether its
 	// try boot was confirmed (internal/update).
 	UpdateRecord File = Dir + "/update.json"
+	// SlotRedirect names the slot a node rebooted into because the
+	// firmware had started the other (its boot entries lost or
+	// reordered): a second wrong start goes on rather than loop
+	// (internal/update). It grants nothing: the seals decide what opens.
+	SlotRedirect File = Dir + "/slot-redirect"
 	// EnrolmentConfig is the node's enrolment config, when it was put on
 	// the ESP rather than passed through QEMU's fw_cfg.
 	EnrolmentConfig File = Dir + "/enrolment.pb"

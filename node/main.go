@@ -98,6 +98,9 @@ func node() int {
 		return fatal(log, err)
 	}
 	updates := updater.Start(log.With(console.ServiceKey, "update"), updater.NodePaths(storage.ESPRoot), st.Disk.ESPPartition)
+	if slot := updates.RightSlot(); slot != "" {
+		return closeAndExit(log, st, pid1.ExitReboot)
+	}
 	if st.Fresh() {
 		if enrolled, err := secureboot.Enrol(storage.ESPRoot, efivar.Dir); err != nil {
 			return fatal(log, err)

@@ -11,14 +11,17 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/borough-os/borough/internal/cmdline"
+	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/storage"
 	"github.com/borough-os/borough/internal/supervisor"
+	"github.com/borough-os/borough/internal/update"
 )
 
 // controlPort finds the device of the virtio-serial port QEMU names
@@ -84,6 +87,9 @@ func control(ctx context.Context) error {
 //	unfill     deletes that file.
 //	stacks     writes every goroutine's stack to the console, for a test
 //	           that finds the node stuck.
+//	efi drop   deletes the slots' boot entries and the boot order, as a
+//	           firmware update or a flat CMOS battery does.
+//	efi first S puts slot S's boot entry first in the boot order.
 func controlCommand(line string) string {
 	verb, arg, _ := strings.Cut(line, " ")
 	switch verb {
@@ -102,6 +108,8 @@ func controlCommand(line string) string {
 		return rogue(arg)
 	case "fill":
 		return fillVolume()
+	case "efi":
+		return efiCommand(arg)
 	case "stacks":
 		buf := make([]byte, 4<<20)
 		buf = buf[:runtime.Stack(buf, true)]
@@ -115,6 +123,32 @@ func controlCommand(line string) string {
 	default:
 		return fmt.Sprintf("error: unknown command %q (want: clock DURATION, rogue ATTEMPT, fill, unfill)", line)
 	}
+}
+
+// efiCommand changes the firmware's boot entries as arg says (drop, or
+// first SLOT).
+func efiCommand(arg string) string {
+	switch what, slot, _ := strings.Cut(arg, " "); {
+	case what == "drop":
+		for _, name := range []string{efivar.BootEntryName(update.A.Entry()), efivar.BootEntryName(update.B.Entry()), "BootOrder"} {
+			if err := efivar.Remove(efivar.Dir, name, efivar.GlobalVariable); err != nil {
+				return "error: " + err.Error()
+			}
+		}
+		return "ok: the slots' boot entries and the boot order deleted"
+	case what == "first" && (slot == string(update.A) || slot == string(update.B)):
+		first := update.Slot(slot).Entry()
+		order, err := efivar.BootOrder(efivar.Dir)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		order = append([]uint16{first}, slices.DeleteFunc(order, func(n uint16) bool { return n == first })...)
+		if err := efivar.SetBootOrder(efivar.Dir, order); err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprintf("ok: boot order %04X", order)
+	}
+	return fmt.Sprintf("error: efi %q: want drop, or first A or B", arg)
 }
 
 // fillFile is the file fill writes on the data volume.

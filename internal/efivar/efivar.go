@@ -83,6 +83,18 @@ func Write(dir, name, vendor string, attrs uint32, data []byte) error {
 	return f.Close()
 }
 
+// Remove deletes variable name of vendor, if there is one.
+func Remove(dir, name, vendor string) error {
+	p := path(dir, name, vendor)
+	if err := setMutable(p); err != nil {
+		return fmt.Errorf("EFI variable %s: %w", name, err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing EFI variable %s: %w", name, err)
+	}
+	return nil
+}
+
 // immutableFlag is FS_IMMUTABLE_FL of linux/fs.h, which x/sys/unix lacks.
 const immutableFlag = 0x10
 

@@ -34,8 +34,8 @@ func (s Slot) BootBinary() esp.File {
 	return esp.BootBinary
 }
 
-// entry is the number of the slot's NVRAM boot entry.
-func (s Slot) entry() uint16 {
+// Entry is the number of the slot's NVRAM boot entry.
+func (s Slot) Entry() uint16 {
 	if s == B {
 		return 0xB00B
 	}
@@ -57,7 +57,7 @@ func Booted(efivars string) (Slot, error) {
 		return A, nil
 	case err != nil:
 		return A, fmt.Errorf("which slot booted: %w", err)
-	case n == B.entry():
+	case n == B.Entry():
 		return B, nil
 	}
 	return A, nil

@@ -28,6 +28,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -36,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/internal/efivar"
 	"github.com/borough-os/borough/internal/espledger"
 	"github.com/borough-os/borough/internal/measure"
@@ -141,6 +143,47 @@ func (b *Boot) Outcome() update.Outcome { return b.u.Outcome() }
 
 // Running is what this boot runs.
 func (b *Boot) Running() update.Running { return b.u.running }
+
+// RightSlot makes a boot the firmware started from the slot the update
+// record does not leave to boot (its boot entries lost or reordered: a
+// firmware update, a flat CMOS battery) boot the right one: it writes
+// the slots' entries again, makes the firmware start the right slot
+// next, marks that on the ESP and says which slot the node must reboot
+// into. A boot that was redirected once already goes on, saying so,
+// rather than reboot in a loop; a boot in the right slot clears the mark.
+// It reads the record before the ESP's ledger can check it, and need
+// not: it only chooses where to reboot, and the seals still decide what
+// opens. "" means boot on.
+func (b *Boot) RightSlot() update.Slot {
+	u := b.u
+	mark := esp.SlotRedirect.In(u.paths.ESP)
+	want, known := update.Expected(u.rec)
+	booted := u.running.Slot
+	if !known || want == booted {
+		if err := os.Remove(mark); err != nil && !errors.Is(err, os.ErrNotExist) {
+			u.log.Warn("clearing the slot redirect mark", "err", err)
+		}
+		return ""
+	}
+	if prev, err := os.ReadFile(mark); err == nil && update.Slot(prev) == want {
+		u.log.Error(fmt.Sprintf("the firmware started slot %s again after this node asked it for slot %s: booting on in slot %s", booted, want, booted))
+		return ""
+	}
+	part, err := u.espPartition()
+	if err == nil {
+		err = update.Redirect(u.paths.EFIVars, part, want)
+	}
+	if err == nil {
+		err = os.WriteFile(mark, []byte(want), 0o600)
+	}
+	if err != nil {
+		u.log.Error(fmt.Sprintf("the firmware started slot %s, but this node runs slot %s, and it cannot make the firmware start it: booting on", booted, want), "err", err)
+		return ""
+	}
+	u.log.Warn(fmt.Sprintf("the firmware started slot %s, but this node runs slot %s (its boot entries were lost or reordered): "+
+		"wrote them again, slot %s first; rebooting into it", booted, want, want))
+	return want
+}
 
 // Open returns the updater, checking the update record against the ESP's
 // ledger l, once the node has opened it: a record the ledger refuses

@@ -271,3 +271,63 @@ func TestCheckServiceStopsWithTheNode(t *testing.T) {
 		}
 	}
 }
+
+// TestRightSlot: a boot the firmware started from the slot the update
+// record does not leave to boot writes the slots' entries again, puts the
+// right one first and next, and says to reboot into it, once: a second
+// wrong start boots on; a right one clears the mark.
+func TestRightSlot(t *testing.T) {
+	confirmed := &update.Record{Version: 1, State: update.Confirmed, Slot: update.B, From: update.A}
+	rolledBack := &update.Record{Version: 1, State: update.RolledBack, Slot: update.B, From: update.A}
+	for _, tc := range []struct {
+		name   string
+		booted update.Slot
+		rec    *update.Record
+		want   update.Slot
+	}{
+		{"no update, slot A", update.A, nil, ""},
+		{"no update, slot B", update.B, nil, update.A},
+		{"confirmed in B, B booted", update.B, confirmed, ""},
+		{"confirmed in B, A booted", update.A, confirmed, update.B},
+		{"rolled back to A, B booted", update.B, rolledBack, update.A},
+		{"tried in B, A booted: a rollback", update.A, trying(), ""},
+		{"tried in B, B booted: its try boot", update.B, trying(), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t, tc.booted, tc.rec)
+			if got := m.start().RightSlot(); got != tc.want {
+				t.Fatalf("RightSlot = %q, want %q", got, tc.want)
+			}
+			if tc.want == "" {
+				return
+			}
+			order, err := efivar.BootOrder(m.paths.EFIVars)
+			want := map[update.Slot]uint16{update.A: 0xB00A, update.B: 0xB00B}[tc.want]
+			if err != nil || len(order) < 2 || order[0] != want {
+				t.Errorf("boot order %x, %v; want %x first", order, err, want)
+			}
+			_, next, err := efivar.Read(m.paths.EFIVars, "BootNext", efivar.GlobalVariable)
+			if err != nil || binary.LittleEndian.Uint16(next) != want {
+				t.Errorf("BootNext %x, %v; want %x", next, err, want)
+			}
+			for _, n := range []uint16{0xB00A, 0xB00B} {
+				if _, _, err := efivar.Read(m.paths.EFIVars, efivar.BootEntryName(n), efivar.GlobalVariable); err != nil {
+					t.Errorf("boot entry %x: %v", n, err)
+				}
+			}
+			if got := m.start().RightSlot(); got != "" {
+				t.Errorf("a second wrong start: RightSlot = %q, want to boot on", got)
+			}
+			if err := efivar.Write(m.paths.EFIVars, "BootCurrent", efivar.GlobalVariable, efivar.BootVariable,
+				binary.LittleEndian.AppendUint16(nil, want)); err != nil {
+				t.Fatal(err)
+			}
+			if got := m.start().RightSlot(); got != "" {
+				t.Errorf("the right slot booted: RightSlot = %q", got)
+			}
+			if _, err := os.Stat(esp.SlotRedirect.In(m.paths.ESP)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the redirect mark after the right slot booted: %v", err)
+			}
+		})
+	}
+}
