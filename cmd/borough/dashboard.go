@@ -17,6 +17,7 @@ import (
 
 	"github.com/borough-os/borough/internal/clusterhealth"
 	"github.com/borough-os/borough/internal/nodeapi"
+	"github.com/borough-os/borough/internal/ownersession"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
@@ -57,7 +58,7 @@ quits); otherwise it prints each sample as plain lines, --count looks in all
 			if err != nil {
 				return err
 			}
-			defer s.close()
+			defer s.Close()
 			w := &watcher{s: s, logs: map[string][]string{}, since: map[string]int64{}}
 			if f, ok := cmd.OutOrStdout().(*os.File); ok && term.IsTerminal(int(f.Fd())) && count == 0 {
 				_, err := tea.NewProgram(&dashboard{w: w, interval: interval}, tea.WithAltScreen()).Run()
@@ -85,7 +86,7 @@ type sample struct {
 
 // watcher takes looks at a cluster, remembering each member's log.
 type watcher struct {
-	s     *session
+	s     *ownersession.Session
 	logs  map[string][]string
 	since map[string]int64
 }
@@ -94,12 +95,12 @@ func (w *watcher) look(ctx context.Context, timeout time.Duration) sample {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	l := sample{at: time.Now(), counters: map[string]map[string]float64{}, logs: map[string][]string{}}
-	l.health, l.err = w.s.health(ctx, clusterhealth.DefaultClockOffset)
+	l.health, l.err = lookHealth(ctx, w.s, clusterhealth.DefaultClockOffset)
 	if l.err != nil {
 		return l
 	}
 	for _, m := range l.health.Members {
-		c, err := w.s.clients.client(m.Name, m.URLs)
+		c, err := w.s.Members.Client(m.Name, m.URLs)
 		if err != nil {
 			continue
 		}

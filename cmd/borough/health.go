@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/borough-os/borough/internal/admin"
 	"github.com/borough-os/borough/internal/clusterhealth"
+	"github.com/borough-os/borough/internal/ownersession"
 	"github.com/borough-os/borough/proto/nodepb"
 )
 
@@ -58,10 +57,10 @@ func health(stdout io.Writer, endpoints []string, fingerprint string, given map[
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	h, err := s.health(ctx, maxClock)
+	h, err := lookHealth(ctx, s, maxClock)
 	if err != nil {
 		return err
 	}
@@ -76,17 +75,9 @@ func health(stdout io.Writer, endpoints []string, fingerprint string, given map[
 	return h.Unhealthy()
 }
 
-// session is the owner's connection to a cluster: its etcd, and clients
-// of its members' node APIs.
-type session struct {
-	endpoints []string
-	etcd      *clientv3.Client
-	clients   memberClients
-}
-
 // openSession connects to the cluster at endpoints as the owner,
 // verifying it against the CA pinned for the first.
-func openSession(endpoints []string, fingerprint string, given map[string]string) (*session, error) {
+func openSession(endpoints []string, fingerprint string, given map[string]string) (*ownersession.Session, error) {
 	ca, err := pinnedCA(endpoints[0], fingerprint)
 	if err != nil {
 		return nil, err
@@ -95,38 +86,21 @@ func openSession(endpoints []string, fingerprint string, given map[string]string
 	if err != nil {
 		return nil, err
 	}
-	etcd, err := admin.Connect(endpoints, ca, kp)
+	return ownersession.Open(endpoints, ca, kp, given)
+}
+
+// lookHealth reads every member's health (ownersession.Session.Health) and
+// remembers the members it saw, for completion and the next command.
+func lookHealth(ctx context.Context, s *ownersession.Session, maxClock time.Duration) (*clusterhealth.Cluster, error) {
+	h, err := s.Health(ctx, maxClock)
 	if err != nil {
 		return nil, err
 	}
-	return &session{endpoints: endpoints, etcd: etcd, clients: memberClients{given: given, owner: kp, ca: ca}}, nil
-}
-
-func (s *session) close() { s.etcd.Close() }
-
-// health reads every member's health, on its client port and its node
-// API; maxClock is how far its clock may be from the owner's.
-func (s *session) health(ctx context.Context, maxClock time.Duration) (*clusterhealth.Cluster, error) {
-	h, err := clusterhealth.Read(ctx, s.etcd, s.endpoints)
-	if err != nil {
-		return nil, fmt.Errorf("the cluster at %s does not answer (no quorum, or down): %w", strings.Join(s.endpoints, ","), err)
-	}
-	for i := range h.Members {
-		m := &h.Members[i]
-		if c, err := s.clients.client(m.Name, m.URLs); err == nil {
-			m.Ask(ctx, c)
-		} else {
-			m.Problems = append(m.Problems, "node API: "+err.Error())
-		}
-		m.Judge(maxClock)
-	}
-	h.JudgeEscrow()
 	seen := map[string]entry{}
 	for _, m := range h.Members {
 		seen[m.Name] = entry{Client: m.Endpoint, API: m.API, URLs: m.URLs}
 	}
 	rememberMembers(seen)
-	h.Settle()
 	return h, nil
 }
 

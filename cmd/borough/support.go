@@ -15,6 +15,7 @@ import (
 
 	"github.com/borough-os/borough/internal/atomicfile"
 	"github.com/borough-os/borough/internal/clusterhealth"
+	"github.com/borough-os/borough/internal/ownersession"
 	supportbundle "github.com/borough-os/borough/internal/support"
 )
 
@@ -57,7 +58,7 @@ func support(progress io.Writer, endpoints []string, fingerprint string, given m
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer s.Close()
 	b, err := supportbundle.New(progress)
 	if err != nil {
 		return err
@@ -67,7 +68,7 @@ func support(progress io.Writer, endpoints []string, fingerprint string, given m
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(members)) {
-		c, err := s.clients.client(name, members[name])
+		c, err := s.Members.Client(name, members[name])
 		if err != nil {
 			b.Missing(name+"'s node API", err)
 			continue
@@ -97,17 +98,17 @@ func support(progress io.Writer, endpoints []string, fingerprint string, given m
 // status, its health) and returns its members' client URLs, by name. A
 // cluster that does not answer (no quorum) is missing from the bundle,
 // and its members are those --api names.
-func clusterParts(b *supportbundle.Bundle, s *session, timeout time.Duration) (map[string][]string, error) {
+func clusterParts(b *supportbundle.Bundle, s *ownersession.Session, timeout time.Duration) (map[string][]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	members := map[string][]string{}
-	if err := b.Cluster(ctx, s.etcd, s.endpoints); err != nil {
+	if err := b.Cluster(ctx, s.Etcd, s.Endpoints); err != nil {
 		b.Missing("the cluster's members and status", err)
 	}
-	h, err := s.health(ctx, clusterhealth.DefaultClockOffset)
+	h, err := lookHealth(ctx, s, clusterhealth.DefaultClockOffset)
 	if err != nil {
 		b.Missing("the cluster's health", err)
-		for name := range s.clients.given {
+		for name := range s.Members.Given {
 			members[name] = nil
 		}
 		return members, nil

@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,8 +13,7 @@ import (
 	"github.com/borough-os/borough/esp"
 	"github.com/borough-os/borough/image"
 	"github.com/borough-os/borough/internal/admin"
-	"github.com/borough-os/borough/internal/nodeapi"
-	"github.com/borough-os/borough/internal/ports"
+	"github.com/borough-os/borough/internal/ownersession"
 	"github.com/borough-os/borough/internal/rollout"
 	"github.com/borough-os/borough/internal/update"
 )
@@ -136,7 +131,7 @@ func runRollout(stdout io.Writer, endpoints string, up rollout.Update, f updateF
 	}
 	defer etcd.Close()
 	c := &rollout.Cluster{Etcd: etcd, Out: stdout, Wait: f.wait, Settle: f.settle,
-		API: memberClients{given: addrs, owner: kp, ca: ca}.client}
+		API: ownersession.Members{Given: addrs, Owner: kp, CA: ca}.Client}
 	fmt.Fprintf(stdout, "rolling %s out to the cluster at %s, one member at a time\n", up.Version, endpoints)
 	return c.Run(context.Background(), up)
 }
@@ -152,38 +147,4 @@ func apiAddrs(flags []string) (map[string]string, error) {
 		addrs[name] = addr
 	}
 	return addrs, nil
-}
-
-// memberClients make clients of members' node APIs, as the owner, each
-// checked against the cluster's CA and the member's name.
-type memberClients struct {
-	// given are the addresses --api gives, by member name.
-	given map[string]string
-	owner tls.Certificate
-	ca    *x509.Certificate
-}
-
-// client is a client of member name's node API (memberAPI).
-func (mc memberClients) client(name string, clientURLs []string) (*nodeapi.Client, error) {
-	addr, err := memberAPI(name, clientURLs, mc.given)
-	if err != nil {
-		return nil, err
-	}
-	return &nodeapi.Client{Addr: addr, Owner: mc.owner, CA: mc.ca, ServerName: name}, nil
-}
-
-// memberAPI is the node API address of member name: the one given, or its
-// first client URL's host at the node API's port.
-func memberAPI(name string, clientURLs []string, given map[string]string) (string, error) {
-	if addr, ok := given[name]; ok {
-		return addr, nil
-	}
-	if len(clientURLs) == 0 {
-		return "", fmt.Errorf("it has no client URL to find its node API by: give --api %s=HOST:PORT", name)
-	}
-	u, err := url.Parse(clientURLs[0])
-	if err != nil || u.Hostname() == "" {
-		return "", fmt.Errorf("its client URL %q names no host: give --api %s=HOST:PORT", clientURLs[0], name)
-	}
-	return net.JoinHostPort(u.Hostname(), strconv.Itoa(ports.NodeAPI)), nil
 }
