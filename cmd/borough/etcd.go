@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/borough-os/borough/internal/admin"
+	"github.com/borough-os/borough/internal/clusterhealth"
 	"github.com/borough-os/borough/internal/pki"
 )
 
@@ -263,7 +264,7 @@ func (st *clusterStatus) print(stdout io.Writer) {
 	fmt.Fprintf(stdout, "cluster %s, etcd %s, leader %s, raft index %d, database %d bytes; %s is %s\n",
 		st.ClusterID, st.Version, st.Leader, st.RaftIndex, st.DBSize, st.Node, health)
 	for _, m := range st.Members {
-		role := roleText(m.Learner, m.Leader)
+		role := clusterhealth.RoleText(m.Learner, m.Leader)
 		name := m.Name
 		if name == "" {
 			name = "(not started)"
@@ -271,16 +272,4 @@ func (st *clusterStatus) print(stdout io.Writer) {
 		fmt.Fprintf(stdout, "member %s %s (%s) peers %s clients %s\n", m.ID, name, role,
 			strings.Join(m.PeerURLs, ","), strings.Join(m.ClientURLs, ","))
 	}
-}
-
-// roleText is a member's role in words: voter or learner, and leader.
-func roleText(learner, leader bool) string {
-	role := "voter"
-	if learner {
-		role = "learner"
-	}
-	if leader {
-		role += ", leader"
-	}
-	return role
 }

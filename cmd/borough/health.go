@@ -110,7 +110,7 @@ func printHealth(stdout io.Writer, h *clusterhealth.Cluster) {
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "MEMBER\tROLE\tRAFT (LAG)\tDB (IN USE) OF QUOTA\tVERSION\tSTATE\tCLOCK\tDATA\tUNLOCK KEY\tPROBLEMS")
 	for _, m := range h.Members {
-		role := roleText(m.Learner, m.Leader)
+		role := clusterhealth.RoleText(m.Learner, m.Leader)
 		problems := "-"
 		if len(m.Problems) > 0 {
 			problems = strings.Join(m.Problems, "; ")

@@ -206,3 +206,15 @@ func (h *Cluster) Settle() {
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// RoleText is a member's role in words: voter or learner, and leader.
+func RoleText(learner, leader bool) string {
+	role := "voter"
+	if learner {
+		role = "learner"
+	}
+	if leader {
+		role += ", leader"
+	}
+	return role
+}

@@ -1,4 +1,4 @@
-package main
+package dashboard
 
 import (
 	"errors"
@@ -17,30 +17,30 @@ func TestRender(t *testing.T) {
 		{Name: "node-a", Leader: true, RaftIndex: 120, Version: "1.1.0", Slot: "B", State: "Running"},
 		{Name: "node-b", RaftIndex: 118, Lag: 2, Version: "1.1.0", Slot: "B", State: "Running", Problems: []string{"clock +2.0 s from yours"}},
 	}}
-	counters := func(puts, fsyncs, fsyncSum float64) map[string]map[string]float64 {
+	looks := func(puts, fsyncs, fsyncSum float64) map[string]map[string]float64 {
 		return map[string]map[string]float64{"node-a": {
 			"etcd_mvcc_put_total": puts, "etcd_server_leader_changes_seen_total": 1,
 			"etcd_disk_wal_fsync_duration_seconds_count": fsyncs, "etcd_disk_wal_fsync_duration_seconds_sum": fsyncSum,
 		}}
 	}
-	first := sample{at: at, health: health, counters: counters(100, 10, 0.1), logs: map[string][]string{"node-a": {"a line"}}}
-	second := sample{at: at.Add(2 * time.Second), health: health, counters: counters(140, 30, 0.5)}
+	first := Sample{At: at, Health: health, Counters: looks(100, 10, 0.1), Logs: map[string][]string{"node-a": {"a line"}}}
+	second := Sample{At: at.Add(2 * time.Second), Health: health, Counters: looks(140, 30, 0.5)}
 	for _, tc := range []struct {
 		name      string
-		prev      *sample
-		cur       sample
+		prev      *Sample
+		cur       Sample
 		want, not []string
 	}{
 		{"the first look: no rates yet", nil, first,
 			[]string{"cluster c0ffee: 2 members, healthy", "node-a  voter, leader", "1.1.0 B", "a line", "clock +2.0 s from yours"}, []string{"20.0"}},
 		{"the second: rates since the first", &first, second,
 			[]string{"20.0", "20.0 ms"}, nil},
-		{"a cluster that does not answer", nil, sample{at: at, err: errors.New("no quorum")},
+		{"a cluster that does not answer", nil, Sample{At: at, Err: errors.New("no quorum")},
 			[]string{"the cluster does not answer: no quorum"}, []string{"MEMBER"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
-			render(&b, tc.prev, tc.cur)
+			Render(&b, tc.prev, tc.cur)
 			for _, w := range tc.want {
 				if !strings.Contains(b.String(), w) {
 					t.Errorf("no %q in:\n%s", w, b.String())
@@ -58,11 +58,11 @@ func TestRender(t *testing.T) {
 // TestDashboardModel: the terminal view shows each sample as it comes and
 // quits on q.
 func TestDashboardModel(t *testing.T) {
-	d := &dashboard{interval: time.Second}
+	d := NewModel(nil, time.Second)
 	if !strings.Contains(d.View(), "looking at the cluster") {
 		t.Errorf("before the first look: %q", d.View())
 	}
-	l := sample{at: time.Now(), health: &clusterhealth.Cluster{ClusterID: "c0ffee", Members: []clusterhealth.Member{{Name: "node-a"}}}}
+	l := Sample{At: time.Now(), Health: &clusterhealth.Cluster{ClusterID: "c0ffee", Members: []clusterhealth.Member{{Name: "node-a"}}}}
 	if _, cmd := d.Update(sampleMsg(l)); cmd == nil {
 		t.Error("no next sample scheduled")
 	}
