@@ -77,6 +77,13 @@ type Options struct {
 	// cache. Without it, whatever QEMU wrote survives a kill in the
 	// host's page cache.
 	VolatileCache bool
+	// DiskFaults serves Image and OtherDisks through nbdkit's error
+	// filter: while the VM's disks are failed (VM.FailDisks), every read
+	// and write of them fails with EIO, as a failing drive's do.
+	DiskFaults bool
+	// SlowDisk serves Image and OtherDisks through nbdkit's delay filter:
+	// every read and write waits this long, as on a slow drive.
+	SlowDisk time.Duration
 	// StateDir holds the VM's firmware variables, TPM state and sockets.
 	// It is created if missing. Required.
 	StateDir string

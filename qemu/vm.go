@@ -19,7 +19,7 @@ type VM struct {
 	opts    Options
 	cmd     *exec.Cmd
 	swtpm   *exec.Cmd
-	disks   []*volatileDisk
+	disks   []*servedDisk
 	console *console
 	stderr  bytes.Buffer
 	started time.Time
@@ -67,9 +67,9 @@ func Start(ctx context.Context, opts Options) (*VM, error) {
 		return nil, err
 	}
 	vm := &VM{opts: opts, console: newConsole(opts.Console), exited: make(chan struct{})}
-	if opts.VolatileCache {
+	if opts.served() {
 		for i, img := range append([]string{opts.Image}, opts.OtherDisks...) {
-			d, err := startVolatileDisk(ctx, img, opts.StateDir, i)
+			d, err := opts.startServedDisk(ctx, img, i)
 			if err != nil {
 				vm.stopHelpers()
 				return nil, err
