@@ -1,7 +1,8 @@
 // Package cluster brings the node into its cluster and runs its member.
 // It is in two parts, which share what the node keeps of its cluster
-// (local.go: its PKI directory, the node state records, the member
-// directory, and starting etcd from its data):
+// (local.go: its PKI directory, the node state records (record.go), the
+// member directory (directory.go), and starting etcd from its data
+// (start.go)):
 //
 //   - the way in, Manager: it bootstraps a new cluster (bootstrap.go),
 //     restores one from the owner's backup (restore.go), joins a running
