@@ -204,7 +204,6 @@ func mountData(ctx context.Context, b bootEnv, enrol *enrolment.Enrolment, keys 
 	if err := p.ledger.Confirm(storage.DataRoot); err != nil {
 		return nil, fmt.Errorf("checking the ESP ledger's key against the data volume: %w", err)
 	}
-	keys.OwnerRecovery = confirmed.OwnerRecovery
 	p.updates.SettleLeftovers()
 	if err := testMarker(log, b.params); err != nil {
 		return nil, err

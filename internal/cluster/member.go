@@ -119,7 +119,8 @@ func (m *Member) serve(ctx context.Context, c *consensus.Consensus) error {
 		{Name: "recovery", Run: func(ctx context.Context) error { return ends(ctx, m.awaitRecover(ctx)) }},
 	}
 	if k := m.cfg.Keys; k != nil {
-		km := clusterkey.Member{Consensus: c, PKI: m.pkiFiles(), Cluster: rec.Cluster, Node: rec.Node}
+		km := clusterkey.Member{Consensus: c, PKI: m.pkiFiles(), Cluster: rec.Cluster, Node: rec.Node,
+			OwnerRecovery: m.cfg.Enrolment.OwnerRecovery}
 		services = append(services, supervisor.Service{Name: "unlock-escrow", Run: func(ctx context.Context) error { return k.Maintain(ctx, km) }})
 	}
 	var running sync.WaitGroup

@@ -50,9 +50,6 @@ type Keeper struct {
 	// Seals seals the node's keys to its TPM; nil keeps them in clear.
 	Seals *seals.Book
 	Log   *slog.Logger
-	// OwnerRecovery makes Maintain seal the node's unlock keys to the
-	// cluster owner's key, when there is an owner.
-	OwnerRecovery bool
 	// IP is the node's address in the cluster on this boot, which Get
 	// compares with the one its peers know.
 	IP netip.Addr

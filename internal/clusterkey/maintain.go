@@ -38,6 +38,11 @@ type Member struct {
 	PKI consensus.Files
 	// Cluster and Node name the member.
 	Cluster, Node string
+	// OwnerRecovery makes Maintain seal the node's unlock keys to the
+	// cluster owner's key, when there is an owner: the enrolment the data
+	// volume confirmed says so, which a keeper made before the volume
+	// opened cannot know.
+	OwnerRecovery bool
 }
 
 // Maintain keeps the unlock material on the ESP current, publishes the
@@ -88,7 +93,7 @@ func (k *Keeper) sealForOwner(m Member) error {
 	k.mu.Lock()
 	luk, cuk := k.luk, k.cuk
 	k.mu.Unlock()
-	if !k.OwnerRecovery || luk == nil || cuk == nil {
+	if !m.OwnerRecovery || luk == nil || cuk == nil {
 		return nil
 	}
 	owner, err := m.PKI.LoadOwner()
