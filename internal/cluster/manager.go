@@ -63,6 +63,9 @@ type overrides struct {
 	listenOnIP bool
 	// snapshots is consensus.Config.Snapshots.
 	snapshots uint64
+	// ticketClock is the clock the join endpoint checks tickets against
+	// (join.Server.Now).
+	ticketClock func() time.Time
 }
 
 // Steps of a join, for Config.Pause.

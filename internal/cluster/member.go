@@ -102,7 +102,7 @@ func (m *Member) serve(ctx context.Context, c *consensus.Consensus) error {
 	rec := m.rec
 	m.serving.Store(c)
 	defer m.serving.Store(nil)
-	js := &join.Server{Client: c.Client, PKI: m.pkiFiles(), Log: m.log.With("service", "join")}
+	js := &join.Server{Client: c.Client, PKI: m.pkiFiles(), Log: m.log.With("service", "join"), Now: m.cfg.overrides.ticketClock}
 	if m.cfg.overrides.listenOnIP {
 		js.Addr = net.JoinHostPort(m.cfg.IP.String(), strconv.Itoa(ports.Join))
 	}

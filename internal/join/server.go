@@ -58,6 +58,16 @@ type Server struct {
 	// Addr is the address to listen on; empty means every address, on
 	// ports.Join.
 	Addr string
+	// Now is the clock tickets are checked against; nil is time.Now.
+	Now func() time.Time
+}
+
+// now is the time to check a ticket at.
+func (s *Server) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // Run serves the endpoint until ctx ends.
@@ -328,7 +338,7 @@ func (s *Server) check(ctx context.Context, _ netip.Addr, req *joinpb.JoinReques
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ticket.Admit(rec, proof(req, "", nil), time.Now()); err != nil {
+	if _, err := ticket.Admit(rec, proof(req, "", nil), s.now()); err != nil {
 		return nil, admitError(err)
 	}
 	return &joinpb.JoinResponse{}, nil
@@ -447,7 +457,7 @@ func (s *Server) claim(ctx context.Context, from netip.Addr, req *joinpb.JoinReq
 	keyHash := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
 	name := csr.Subject.CommonName
 	p := proof(req, name, keyHash[:])
-	adm, err := ticket.Admit(rec, p, time.Now())
+	adm, err := ticket.Admit(rec, p, s.now())
 	if errors.Is(err, ticket.ErrExpired) && rec.GetNode() != "" {
 		if err := s.notRemoved(ctx, rec.GetNode()); err != nil {
 			return nil, nil, err
