@@ -13,7 +13,8 @@ import (
 // A member that caught up from a snapshot is therefore refused
 // everything, its publish included, until the cluster writes its next
 // entry, which a quiet cluster (one just recovered) never does
-// (docs/decisions.md, "A member stuck behind its snapshot").
+// (docs/decisions.md, "A member stuck behind its snapshot"; the fix to
+// send etcd, which retires this, is in docs/upstream/).
 //
 // unstall watches for that state (committed more than applyGap ahead of
 // applied, which has not moved for a whole stallCheck) and proposes a
