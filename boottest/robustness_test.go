@@ -83,7 +83,8 @@ func robustnessConfig(t *testing.T) robustnessRun {
 // dropped one way, a fresh node's join cut by a power loss at a drawn
 // moment (then the owner removes it), a member removed and a fresh node
 // joined in its place, a rolling update of every member, one node's
-// clock stepped forward or back. After each fault heals, every node
+// clock stepped forward or back, one node's disk failing (EIO) for a few
+// seconds, one node's volume filled by someone else. After each fault heals, every node
 // must answer a linearizable read through its own client port within
 // recoveryBound, or it counts as stuck. At the end every node loses
 // power once more and comes back; then a read of every key through
@@ -96,7 +97,8 @@ func TestRobustness(t *testing.T) {
 	cfg := robustnessConfig(t)
 	t.Logf("robustness: seed %d, %v of faults, %d nodes (SEED=%d reruns this schedule)", cfg.seed, cfg.duration, cfg.nodes, cfg.seed)
 	config := owner(t)
-	c := launch(t, config, multinode.Options{Nodes: cfg.nodes, Image: nodeImage(t), Cluster: "robust", TPM: true, VolatileCache: true, Control: true})
+	c := launch(t, config, multinode.Options{Nodes: cfg.nodes, Image: nodeImage(t), Cluster: "robust", TPM: true, VolatileCache: true,
+		DiskFaults: true, Control: true})
 	owner := ownerPair(t, config)
 	r := &faultRun{t: t, c: c, config: config, nodes: slices.Clone(c.Nodes), owner: owner, rand: rand.New(rand.NewPCG(cfg.seed, 0)),
 		faults: map[string]int{}, clients: map[string]*clientv3.Client{}}
@@ -201,6 +203,8 @@ var robustnessFaults = []fault{
 	{"member replaced", (*faultRun).replace},
 	{"rolling update", (*faultRun).update},
 	{"clock jump of one node", (*faultRun).clockJump},
+	{"disk errors on one node", (*faultRun).diskErrors},
+	{"volume filled on one node", (*faultRun).fillVolume},
 }
 
 func (r *faultRun) minority() int { return (len(r.nodes) - 1) / 2 }
@@ -559,5 +563,52 @@ func (r *faultRun) clockJump() {
 			r.awaitServing(m, stepped)
 		}
 		r.recovered(time.Since(stepped))
+	}
+}
+
+// diskErrors fails one node's disk, every read and write EIO, for a few
+// seconds, as a dying drive or a loose cable does: the node stops, saying
+// why, while the others go on. Once the disk works again, a power cycle
+// brings it back (a firmware that found no disk to boot from waits for
+// one), serving within recoveryBound, its data whole.
+func (r *faultRun) diskErrors() {
+	n := r.pick(1)[0]
+	r.t.Logf("robustness: node%d's disk fails", n.Index+1)
+	if err := n.VM.FailDisks(true); err != nil {
+		r.t.Fatal(err)
+	}
+	time.Sleep(time.Duration(5+r.rand.IntN(6)) * time.Second)
+	if err := n.VM.FailDisks(false); err != nil {
+		r.t.Fatal(err)
+	}
+	r.cut(n)
+}
+
+// fillVolume has someone else's runaway writer fill one node's data
+// volume to its last block (the control port's fill): its space alarm
+// stops the cluster's writes while reads go on; once the file is gone,
+// every node must serve again within recoveryBound and the alarm clears
+// by itself.
+func (r *faultRun) fillVolume() {
+	n := r.pick(1)[0]
+	answer, err := n.VM.Control("fill", 5*time.Minute)
+	if err != nil || !strings.HasPrefix(answer, "ok:") {
+		r.t.Fatalf("node%d: filling its volume: %q, %v", n.Index+1, answer, err)
+	}
+	r.t.Logf("robustness: node%d: %s", n.Index+1, answer)
+	time.Sleep(time.Duration(3+r.rand.IntN(6)) * time.Second)
+	if answer, err = n.VM.Control("unfill", time.Minute); err != nil || !strings.HasPrefix(answer, "ok:") {
+		r.t.Fatalf("node%d: emptying its volume: %q, %v", n.Index+1, answer, err)
+	}
+	healed := time.Now()
+	r.allServing(healed)
+	err = poll.Until(context.Background(), recoveryBound, time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := r.client(r.nodes...).Put(ctx, "robust-fill-check", "x")
+		return err
+	})
+	if err != nil {
+		r.t.Errorf("robustness: writes still refused %v after node%d's volume had room again: %v", recoveryBound, n.Index+1, err)
 	}
 }

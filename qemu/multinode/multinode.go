@@ -75,6 +75,9 @@ type Options struct {
 	// VolatileCache gives every node a disk that loses what it did not
 	// flush when its VM is killed (qemu.Options.VolatileCache).
 	VolatileCache bool
+	// DiskFaults lets a test fail a node's disk (qemu.Options.DiskFaults,
+	// VM.FailDisks).
+	DiskFaults bool
 	// Control gives every node a control port (qemu.Options.Control).
 	Control bool
 	// GDB gives every node a gdbstub socket (Node.GDB), for
@@ -252,7 +255,7 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 		Network: true, Forwards: []qemu.Forward{{Host: port, Guest: ports.Client}, {Host: peer, Guest: ports.Peer},
 			{Host: api, Guest: ports.NodeAPI}},
 		LAN:  &qemu.LAN{Hub: c.Hub.Path(), MAC: n.MAC()},
-		Logf: c.nodeLogf(i), VolatileCache: c.opts.VolatileCache, Control: c.opts.Control,
+		Logf: c.nodeLogf(i), VolatileCache: c.opts.VolatileCache, DiskFaults: c.opts.DiskFaults, Control: c.opts.Control,
 	}
 	if c.opts.GDB {
 		n.opts.GDB = filepath.Join(dir, "gdb.sock")
