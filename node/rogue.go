@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"math/big"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,7 +48,10 @@ import (
 //	rogue escrowkey NODE  signs itself a certificate in NODE's name, with a
 //	                    key of its own, and publishes with it an escrow key
 //	                    of its own as NODE's, with NODE's admission; it puts
-//	                    it back whenever NODE does, for rogueHoldFor.
+//	                    it back whenever NODE does, until rogue release
+//	                    (at most rogueHoldFor).
+//	rogue release       stops rogue escrowkey and says how often it
+//	                    published.
 //	rogue nodeapi NODE  signs itself a certificate in NODE's name, with a
 //	                    key of its own and its own addresses, and presents
 //	                    it on its node API, with NODE's admission, for
@@ -57,17 +61,24 @@ import (
 //	                    naming the owner's certificate as its signer.
 
 // rogueShareFor is how long rogue share asks the holders: four rounds of
-// unlock.Fetch; rogueHoldFor how long rogue escrowkey holds its record in
-// etcd: more than two rounds of every peer's clusterkey.Maintain, so each
-// sees it (a round waits 10 s after the last one's work, which takes
-// seconds on a busy cluster: a hold of 12 s, barely over one, was missed
-// by a peer once); rogueAPIFor how long rogue nodeapi poses, time for the
-// owner's tool to be refused once.
+// unlock.Fetch; rogueHoldFor the longest rogue escrowkey holds its record
+// in etcd, until the test has seen a peer refuse it and releases it (a
+// peer's clusterkey.Maintain round can take a minute when it re-splits
+// its escrow: fixed holds of 12 and 25 s were each missed by a peer);
+// rogueAPIFor how long rogue nodeapi poses, time for the owner's tool to
+// be refused once.
 const (
 	rogueShareFor = 8 * time.Second
-	rogueHoldFor  = 25 * time.Second
+	rogueHoldFor  = 3 * time.Minute
 	rogueAPIFor   = 10 * time.Second
 )
+
+// rogueHold is the rogue escrowkey that holds its record, while one does.
+var rogueHold struct {
+	sync.Mutex
+	stop context.CancelFunc
+	done chan string
+}
 
 // rogueCluster is the cluster manager the hook acts through.
 var rogueCluster atomic.Pointer[cluster.Manager]
@@ -81,7 +92,7 @@ func rogue(arg string) string {
 	if mg == nil || mg.Client() == nil {
 		return "error: rogue: this node's member does not run"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(rogueShareFor, rogueHoldFor)+30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), rogueShareFor+30*time.Second)
 	defer cancel()
 	verb, rest, _ := strings.Cut(arg, " ")
 	var (
@@ -95,12 +106,14 @@ func rogue(arg string) string {
 		said, err = rogueShare(ctx, mg.Client(), rest)
 	case "escrowkey":
 		said, err = rogueEscrowKey(ctx, mg.Client(), rest)
+	case "release":
+		said, err = rogueRelease()
 	case "nodeapi":
 		said, err = rogueNodeAPI(ctx, mg, rest)
 	case "owner":
 		said, err = rogueOwner(ctx, mg)
 	default:
-		err = fmt.Errorf("unknown attempt %q (want: crl, share ESCROW, escrowkey NODE, nodeapi NODE, owner)", verb)
+		err = fmt.Errorf("unknown attempt %q (want: crl, share ESCROW, escrowkey NODE, release, nodeapi NODE, owner)", verb)
 	}
 	if err != nil {
 		return "error: rogue " + verb + ": " + err.Error()
@@ -206,7 +219,7 @@ func rogueHolders(ctx context.Context, c *clientv3.Client) (map[string]string, e
 
 // rogueEscrowKey publishes an escrow key of its own as node's, signed
 // with a certificate it minted in node's name, with node's admission
-// copied, and keeps it there for rogueHoldFor.
+// copied, and keeps it there until rogueRelease (at most rogueHoldFor).
 func rogueEscrowKey(ctx context.Context, c *clientv3.Client, node string) (string, error) {
 	ca, err := keyspace.ReadCA(ctx, c)
 	if err != nil {
@@ -232,22 +245,47 @@ func rogueEscrowKey(ctx context.Context, c *clientv3.Client, node string) (strin
 	if err != nil {
 		return "", err
 	}
-	key := keyspace.EscrowKeys + node
-	puts := 0
-	for end := time.Now().Add(rogueHoldFor); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
-		cur, err := c.Get(ctx, key)
-		if err != nil {
-			return "", err
-		}
-		if len(cur.Kvs) == 1 && string(cur.Kvs[0].Value) == string(b) {
-			continue
-		}
-		if _, err := c.Put(ctx, key, string(b)); err != nil {
-			return "", err
-		}
-		puts++
+	rogueHold.Lock()
+	defer rogueHold.Unlock()
+	if rogueHold.stop != nil {
+		return "", errors.New("already holding an escrow key: rogue release first")
 	}
-	return fmt.Sprintf("published an escrow key of its own as %s's %d times", node, puts), nil
+	hold, stop := context.WithTimeout(context.Background(), rogueHoldFor)
+	rogueHold.stop, rogueHold.done = stop, make(chan string, 1)
+	go func() { rogueHold.done <- holdEscrowKey(hold, c, keyspace.EscrowKeys+node, b) }()
+	return "holding an escrow key of its own as " + node + "'s", nil
+}
+
+// holdEscrowKey puts b at key whenever something else is there, until ctx
+// ends, and says how often it did.
+func holdEscrowKey(ctx context.Context, c *clientv3.Client, key string, b []byte) string {
+	puts := 0
+	for ctx.Err() == nil {
+		cur, err := c.Get(ctx, key)
+		if err == nil && (len(cur.Kvs) != 1 || string(cur.Kvs[0].Value) != string(b)) {
+			if _, err = c.Put(ctx, key, string(b)); err == nil {
+				puts++
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return fmt.Sprintf("published an escrow key of its own %d times", puts)
+}
+
+// rogueRelease stops rogue escrowkey and says what it did.
+func rogueRelease() (string, error) {
+	rogueHold.Lock()
+	defer rogueHold.Unlock()
+	if rogueHold.stop == nil {
+		return "", errors.New("holding no escrow key")
+	}
+	rogueHold.stop()
+	said := <-rogueHold.done
+	rogueHold.stop, rogueHold.done = nil, nil
+	return said, nil
 }
 
 // rogueAPI is what the node API presents while rogue nodeapi holds: a

@@ -340,25 +340,36 @@ func (k *Keeper) keepLocally(cuk []byte, current *escrow.Escrow) error {
 
 // holdersOf returns the voters other than the node with their published
 // escrow keys, and their responders' addresses; nil while one of them has
-// not published its key yet, an error if one published a key that does
-// not check (checkEscrowKey): the node keeps its escrow as it is then.
+// not published its key yet, an error naming every one whose published
+// key does not check (checkEscrowKey): the node keeps its escrow as it is
+// then. It reads every voter's key whatever it found before, so that one
+// not published yet never hides another's forged one.
 func (k *Keeper) holdersOf(ctx context.Context, m Member, voters []consensus.Member) ([]escrow.Holder, map[string]string, error) {
 	t, err := k.trustOf(m)
 	if err != nil {
 		return nil, nil, err
 	}
 	var holders []escrow.Holder
+	var refused []error
+	missing := false
 	urls := make(map[string][]string)
 	for _, v := range voters {
 		if v.Name == m.Node {
 			continue
 		}
 		key, err := publishedKey(ctx, m.Consensus.Client, t, v.Name)
-		if err != nil || key == nil {
-			return nil, nil, err
+		switch {
+		case err != nil:
+			refused = append(refused, err)
+		case key == nil:
+			missing = true
+		default:
+			holders = append(holders, escrow.Holder{Name: v.Name, Key: key})
+			urls[v.Name] = v.PeerURLs
 		}
-		holders = append(holders, escrow.Holder{Name: v.Name, Key: key})
-		urls[v.Name] = v.PeerURLs
+	}
+	if err := errors.Join(refused...); err != nil || missing {
+		return nil, nil, err
 	}
 	return holders, Responders(urls), nil
 }
