@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/sys/unix"
 
 	"github.com/borough-os/borough/internal/cluster"
 	"github.com/borough-os/borough/internal/clusterkey"
@@ -232,15 +231,15 @@ func (a nodeFacts) info(st lifecycle.Status, enrolled string) *nodepb.Info {
 	return info
 }
 
-// dataUse is the bytes in use and in all of the filesystem at root; zeros
-// if it cannot say.
+// dataUse is the bytes in use and in all of the filesystem at root, as
+// the space keeper counts them (space.Usage: what is not available to a
+// write is in use); zeros if it cannot say.
 func dataUse(root string) (used, size uint64) {
-	var st unix.Statfs_t
-	if unix.Statfs(root, &st) != nil {
+	total, free, err := space.Usage(root)
+	if err != nil {
 		return 0, 0
 	}
-	bs := uint64(st.Bsize)
-	return (st.Blocks - st.Bfree) * bs, st.Blocks * bs
+	return uint64(total - free), uint64(total)
 }
 
 // spaceOf is the member's etcd database against its quota, for the node
