@@ -3,7 +3,6 @@ package qemu
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,17 +60,19 @@ func TestVolatileDisk(t *testing.T) {
 	}
 }
 
-// TestDiskFaults reads and writes a disk served with nbdkit's error and
-// delay filters: it works, fails with EIO while its fail file is there,
-// works again once it is gone, and every request that works waits the
-// delay (a failing one fails first).
+// TestDiskFaults reads and writes a disk served with nbdkit's error,
+// rate and delay filters: it works, fails with EIO while its fail file is
+// there, works again once it is gone, is slow while throttled and quick
+// again once it is not, and every request that works waits the delay (a
+// failing one fails first).
 func TestDiskFaults(t *testing.T) {
 	dir := t.TempDir()
 	image := filepath.Join(dir, "disk.img")
-	if err := os.WriteFile(image, make([]byte, 1<<20), 0o600); err != nil {
+	if err := os.WriteFile(image, make([]byte, 8<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o := Options{StateDir: dir, DiskFaults: true, SlowDisk: 200 * time.Millisecond}
+	vm := &VM{opts: o}
 	d, err := o.startServedDisk(context.Background(), image, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -82,25 +83,38 @@ func TestDiskFaults(t *testing.T) {
 		out, err := exec.Command("qemu-io", "-f", "raw", "-c", op, "nbd+unix:///?socket="+d.socket).CombinedOutput()
 		return string(out), time.Since(start), err
 	}
+	// A MiB at 4 Mbit/s takes 2 s; at full speed, in a served file, a
+	// few milliseconds: the bounds below leave a wide margin either way.
+	const throttle = 4 << 20
+	var rate int64
 	for _, tc := range []struct {
 		name    string
 		failing bool
+		rate    int64
 		op      string
 		fails   bool
+		// least and most bound how long the request takes (most 0: no
+		// bound); the least is always the disk's delay.
+		least, most time.Duration
 	}{
-		{"a read", false, "read 0 64k", false},
-		{"a write", false, "write -P 0xab 0 64k", false},
-		{"a read of a failing disk", true, "read 0 64k", true},
-		{"a write to a failing disk", true, "write -P 0xcd 0 64k", true},
-		{"a read once it works again", false, "read -P 0xab 0 64k", false},
+		{"a read", false, 0, "read 0 64k", false, 0, 0},
+		{"a write", false, 0, "write -P 0xab 0 64k", false, 0, 0},
+		{"a read of a failing disk", true, 0, "read 0 64k", true, 0, 0},
+		{"a write to a failing disk", true, 0, "write -P 0xcd 0 64k", true, 0, 0},
+		{"a read once it works again", false, 0, "read -P 0xab 0 64k", false, 0, 0},
+		{"a write to a throttled disk", false, throttle, "write -P 0xef 1M 2M", false, 2 * time.Second, 0},
+		{"a write once it is not", false, 0, "write -P 0xef 4M 4M", false, 0, 4 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.failing {
-				if err := os.WriteFile(o.diskFailFile(), nil, 0o600); err != nil {
+			if err := vm.FailDisks(tc.failing); err != nil {
+				t.Fatal(err)
+			}
+			if tc.rate != rate {
+				if err := vm.ThrottleDisks(tc.rate); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := os.Remove(o.diskFailFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
-				t.Fatal(err)
+				rate = tc.rate
+				time.Sleep(1500 * time.Millisecond) // nbdkit reads its rate file each second
 			}
 			out, took, err := io(tc.op)
 			failed := err != nil || strings.Contains(out, "Input/output error") || strings.Contains(out, "Pattern verification failed")
@@ -110,8 +124,11 @@ func TestDiskFaults(t *testing.T) {
 			if tc.fails && !strings.Contains(out, "Input/output error") {
 				t.Errorf("qemu-io %q on a failing disk says no EIO:\n%s", tc.op, out)
 			}
-			if !tc.fails && took < o.SlowDisk {
-				t.Errorf("qemu-io %q took %v, under the disk's delay of %v", tc.op, took, o.SlowDisk)
+			if least := max(tc.least, o.SlowDisk); !tc.fails && took < least {
+				t.Errorf("qemu-io %q took %v, under %v", tc.op, took, least)
+			}
+			if tc.most > 0 && took > tc.most {
+				t.Errorf("qemu-io %q took %v, over %v: the disk is still throttled", tc.op, took, tc.most)
 			}
 		})
 	}

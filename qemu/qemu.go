@@ -77,9 +77,10 @@ type Options struct {
 	// cache. Without it, whatever QEMU wrote survives a kill in the
 	// host's page cache.
 	VolatileCache bool
-	// DiskFaults serves Image and OtherDisks through nbdkit's error
-	// filter: while the VM's disks are failed (VM.FailDisks), every read
-	// and write of them fails with EIO, as a failing drive's do.
+	// DiskFaults serves Image and OtherDisks through nbdkit's error and
+	// rate filters: while the VM's disks are failed (VM.FailDisks), every
+	// read and write of them fails with EIO, as a failing drive's do;
+	// while they are throttled (VM.ThrottleDisks), they are slow.
 	DiskFaults bool
 	// SlowDisk serves Image and OtherDisks through nbdkit's delay filter:
 	// every read and write waits this long, as on a slow drive.
