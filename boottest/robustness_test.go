@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -32,9 +33,15 @@ import (
 const recoveryBound = 60 * time.Second
 
 // robustnessRun is what `make robustness` sets: SEED, DURATION (of the
-// faults) and NODES; make test runs the defaults, one short seed.
+// faults) and NODES; make test runs the defaults: one tour of every kind,
+// its seed the commit's.
 type robustnessRun struct {
-	seed     uint64
+	seed uint64
+	// from says where the seed came from, for the log.
+	from string
+	// duration is how long faults go on: the tour of every kind first,
+	// however long it takes, then random draws until duration has passed
+	// since the first fault.
 	duration time.Duration
 	nodes    int
 	// faults are those the schedule draws from: every kind, or those
@@ -43,12 +50,15 @@ type robustnessRun struct {
 }
 
 func robustnessConfig(t *testing.T) robustnessRun {
-	r := robustnessRun{seed: 1, duration: 90 * time.Second, nodes: 3, faults: robustnessFaults}
+	r := robustnessRun{nodes: 3, faults: robustnessFaults}
 	var err error
 	if s := os.Getenv("SEED"); s != "" {
 		if r.seed, err = strconv.ParseUint(s, 10, 64); err != nil {
 			t.Fatalf("SEED=%q is not a number", s)
 		}
+		r.from = "SEED"
+	} else {
+		r.seed, r.from = commitSeed(t)
 	}
 	if s := os.Getenv("DURATION"); s != "" {
 		if r.duration, err = time.ParseDuration(s); err != nil {
@@ -73,6 +83,49 @@ func robustnessConfig(t *testing.T) robustnessRun {
 	return r
 }
 
+// commitSeed is the seed of the commit checked out: its hash's first 16
+// hex digits. Each commit's make test draws its own order of faults, and
+// a failure names the seed that reruns it.
+func commitSeed(t *testing.T) (uint64, string) {
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("robustness: no SEED given and no commit to take one from (git rev-parse HEAD: %v); set SEED=", err)
+	}
+	hash := strings.TrimSpace(string(out))
+	seed, err := strconv.ParseUint(hash[:16], 16, 64)
+	if err != nil {
+		t.Fatalf("robustness: git rev-parse HEAD said %q, no commit hash", hash)
+	}
+	return seed, "commit " + hash[:12]
+}
+
+// schedule is the order of the faults: a tour of every kind in an order
+// drawn from rand, then draws, as many as fit in duration.
+type schedule struct {
+	rand   *rand.Rand
+	faults []fault
+	tour   []int
+	end    time.Time
+}
+
+func newSchedule(rng *rand.Rand, faults []fault, duration time.Duration) *schedule {
+	return &schedule{rand: rng, faults: faults, tour: rng.Perm(len(faults)), end: time.Now().Add(duration)}
+}
+
+// next is the next fault, or false once the tour is over and the time
+// is up.
+func (s *schedule) next() (fault, bool) {
+	if len(s.tour) > 0 {
+		f := s.faults[s.tour[0]]
+		s.tour = s.tour[1:]
+		return f, true
+	}
+	if time.Now().After(s.end) {
+		return fault{}, false
+	}
+	return s.faults[s.rand.IntN(len(s.faults))], true
+}
+
 // TestRobustness runs a cluster of TPM nodes whose disks lose what they
 // did not flush (nbdkit) under a recorded workload of three clients, one
 // through each of the first three nodes (or the node that replaced it),
@@ -84,7 +137,9 @@ func robustnessConfig(t *testing.T) robustnessRun {
 // moment (then the owner removes it), a member removed and a fresh node
 // joined in its place, a rolling update of every member, one node's
 // clock stepped forward or back, one node's disk failing (EIO) for a few
-// seconds, one node's volume filled by someone else. After each fault heals, every node
+// seconds, one node's disk slow, one node's volume filled by someone
+// else: first each kind once, in an order drawn from the seed, then
+// draws. After each fault heals, every node
 // must answer a linearizable read through its own client port within
 // recoveryBound, or it counts as stuck. At the end every node loses
 // power once more and comes back; then a read of every key through
@@ -95,7 +150,8 @@ func robustnessConfig(t *testing.T) robustnessRun {
 // same SEED draws the same schedule.
 func TestRobustness(t *testing.T) {
 	cfg := robustnessConfig(t)
-	t.Logf("robustness: seed %d, %v of faults, %d nodes (SEED=%d reruns this schedule)", cfg.seed, cfg.duration, cfg.nodes, cfg.seed)
+	t.Logf("robustness: seed %d (from %s), a tour of %d kinds of fault then draws until %v, %d nodes (SEED=%d reruns this schedule)",
+		cfg.seed, cfg.from, len(cfg.faults), cfg.duration, cfg.nodes, cfg.seed)
 	config := owner(t)
 	c := launch(t, config, multinode.Options{Nodes: cfg.nodes, Image: nodeImage(t), Cluster: "robust", TPM: true, VolatileCache: true,
 		DiskFaults: true, Control: true})
@@ -118,9 +174,9 @@ func TestRobustness(t *testing.T) {
 		w.Run(ctx, h)
 		close(done)
 	}()
-	for end := time.Now().Add(cfg.duration); time.Now().Before(end); {
+	sched := newSchedule(r.rand, cfg.faults, cfg.duration)
+	for f, ok := sched.next(); ok; f, ok = sched.next() {
 		time.Sleep(time.Duration(3+r.rand.IntN(5)) * time.Second)
-		f := cfg.faults[r.rand.IntN(len(cfg.faults))]
 		t.Logf("robustness: fault %d: %s", len(r.log)+1, f.name)
 		r.faults[f.name]++
 		r.log = append(r.log, f.name)
@@ -204,6 +260,7 @@ var robustnessFaults = []fault{
 	{"rolling update", (*faultRun).update},
 	{"clock jump of one node", (*faultRun).clockJump},
 	{"disk errors on one node", (*faultRun).diskErrors},
+	{"slow disk on one node", (*faultRun).slowDisk},
 	{"volume filled on one node", (*faultRun).fillVolume},
 }
 
@@ -582,6 +639,33 @@ func (r *faultRun) diskErrors() {
 		r.t.Fatal(err)
 	}
 	r.cut(n)
+}
+
+// slowDiskRate is a slow disk's rate, in bits a second: 128 KiB/s, a few
+// of etcd's syncs a second on the data volume.
+const slowDiskRate = 1 << 20
+
+// slowDisk slows one node's disks to slowDiskRate for 10 to 20 s under
+// the workload, as a worn drive or a rebuilding array does: meanwhile
+// every other node must serve within recoveryBound, whichever node is
+// slow (the leader too); once the disk is quick again, every node must.
+func (r *faultRun) slowDisk() {
+	n := r.pick(1)[0]
+	r.t.Logf("robustness: node%d's disk slows to %d KiB/s", n.Index+1, slowDiskRate/8/1024)
+	if err := n.VM.ThrottleDisks(slowDiskRate); err != nil {
+		r.t.Fatal(err)
+	}
+	slowed := time.Now()
+	for _, m := range r.nodes {
+		if m != n {
+			r.awaitServing(m, slowed)
+		}
+	}
+	time.Sleep(time.Until(slowed.Add(time.Duration(10+r.rand.IntN(11)) * time.Second)))
+	if err := n.VM.ThrottleDisks(0); err != nil {
+		r.t.Fatal(err)
+	}
+	r.allServing(time.Now())
 }
 
 // fillVolume has someone else's runaway writer fill one node's data
