@@ -27,7 +27,7 @@ unit:
 	$(GO) test ./...
 
 boot: image
-	$(GO) test -tags boot -count=1 -parallel 2 -timeout 40m -v ./boottest/
+	$(GO) test -tags boot -count=1 -parallel 2 -timeout 55m -v ./boottest/
 
 # The image's GPT must satisfy sgdisk's checks.
 check-image: image

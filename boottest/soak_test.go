@@ -127,7 +127,7 @@ func scrape(ctx context.Context, t *testing.T, c *multinode.Cluster, owner tls.C
 func rollingRestart(t *testing.T, c *multinode.Cluster, config string, owner tls.Certificate) {
 	for _, n := range c.Nodes {
 		began := time.Now()
-		cli(t, "--config", config, "node", "reboot", n.API())
+		cli(t, "--config", config, "node", "reboot", n.API(), "--fingerprint", c.Fingerprint)
 		if _, err := n.VM.WaitFor("borough: rebooting", time.Minute); err != nil {
 			t.Fatalf("node%d: %v", n.Index+1, err)
 		}

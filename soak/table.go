@@ -45,7 +45,8 @@ var Metrics = []Metric{
 	{"database", "etcd_mvcc_db_total_size_in_bytes", true, Bound{1.5, 16 << 20},
 		"etcd's database file: compaction frees pages and defragmentation gives them back once a window"},
 	{"volume use", "borough_data_used_bytes", true, Bound{1.25, 96 << 20},
-		"the data volume's use: WAL segments and snapshots beyond etcd's limits are purged; 96 MiB is about the space budget's room for them"},
+		"the data volume's use: etcd keeps 5 WAL segments (8 MiB each on the image's volume) and Borough's journal up to 40 MiB; " +
+			"both fill over the first windows, then old ones go"},
 }
 
 // Table holds every node's samples, by window.
