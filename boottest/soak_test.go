@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,12 +122,16 @@ func scrape(ctx context.Context, t *testing.T, c *multinode.Cluster, owner tls.C
 	}
 }
 
+// slowReboot is a reboot slow enough to show what it waited on: most
+// take 20 to 30 s under TCG.
+const slowReboot = 40 * time.Second
+
 // rollingRestart reboots every member in turn through the owner's `borough
 // node reboot`, each serving a linearizable read through its own client
 // port before the next goes down, so that the cluster keeps its quorum.
 func rollingRestart(t *testing.T, c *multinode.Cluster, config string, owner tls.Certificate) {
 	for _, n := range c.Nodes {
-		began := time.Now()
+		began, from := time.Now(), len(n.VM.Console())
 		cli(t, "--config", config, "node", "reboot", n.API(), "--fingerprint", c.Fingerprint)
 		if _, err := n.VM.WaitFor("borough: rebooting", time.Minute); err != nil {
 			t.Fatalf("node%d: %v", n.Index+1, err)
@@ -148,7 +153,12 @@ func rollingRestart(t *testing.T, c *multinode.Cluster, config string, owner tls
 		if err != nil {
 			t.Fatalf("node%d does not serve a minute after it rebooted: %v", n.Index+1, err)
 		}
-		t.Logf("soak: node%d rebooted and serves again in %v", n.Index+1, time.Since(began).Round(100*time.Millisecond))
+		took := time.Since(began)
+		t.Logf("soak: node%d rebooted and serves again in %v", n.Index+1, took.Round(100*time.Millisecond))
+		if took > slowReboot {
+			t.Logf("soak: node%d's reboot took over %v; its console meanwhile:\n%s", n.Index+1, slowReboot,
+				consoleLines(n.VM.Console()[from:], func(l string) bool { return strings.Contains(l, "borough: ") }))
+		}
 	}
 }
 
