@@ -33,8 +33,8 @@ import (
 // floor is plain etcd, a member per VM, in VMs like a Borough cluster's
 // (qemu/multinode): the same kernel, memory, virtual CPU, virtio disk of
 // the data partition's size, formatted alike, and a LAN on a hub of its
-// own. Each member runs the etcd binary of the version Borough embeds
-// under boottest/etcdfloor, with mutual TLS on both ports and gRPC alone
+// own. Each member runs etcd of the version Borough embeds, embedded in
+// boottest/etcdfloor and logging as a member's does, with mutual TLS on both ports and gRPC alone
 // on the client port (its HTTP on the loopback) as Borough's members
 // have, and etcd's defaults for the rest. Serving gRPC on a port of its
 // own is etcd's advice for production, not one of Borough's layers, so
@@ -47,7 +47,7 @@ type floor struct {
 	Endpoints []string
 	// Env is etcdctl's environment for every member.
 	Env map[string]string
-	// Etcd is the etcd binary the members run; GDB their gdbstub sockets
+	// Etcd is the binary the members run, etcd in etcdfloor; GDB their gdbstub sockets
 	// (qemu.Options.GDB), for guestprof.
 	Etcd string
 	GDB  []string
@@ -207,18 +207,18 @@ func floorConfig(t testing.TB, ca *pki.CA, i int, cluster string) map[string]any
 		t.Fatal(err)
 	}
 	const etc = "/etc/etcd/"
+	tlsFiles := map[string]any{"cert-file": etc + "node.pem", "key-file": etc + "node-key.pem", "trusted-ca-file": etc + "ca.pem", "client-cert-auth": true}
 	return map[string]any{
 		"addresses": map[string]string{qemu.UserMAC: userAddr, multinode.MAC(i): addr.String() + "/24"},
 		"files": map[string]string{etc + "ca.pem": string(pki.CertPEM(ca.Cert)),
 			etc + "node.pem": string(pki.CertPEM(cert.Cert)), etc + "node-key.pem": string(key)},
-		"etcd": []string{
-			"--name", fmt.Sprintf("floor%d", i+1), "--data-dir", "/data/etcd",
-			"--listen-client-urls", "https://0.0.0.0:2379", "--advertise-client-urls", "https://" + addr.String() + ":2379",
-			"--listen-client-http-urls", "https://127.0.0.1:2381",
-			"--listen-peer-urls", "https://0.0.0.0:2380", "--initial-advertise-peer-urls", "https://" + addr.String() + ":2380",
-			"--initial-cluster", cluster, "--initial-cluster-token", "floor", "--initial-cluster-state", "new",
-			"--cert-file", etc + "node.pem", "--key-file", etc + "node-key.pem", "--trusted-ca-file", etc + "ca.pem", "--client-cert-auth",
-			"--peer-cert-file", etc + "node.pem", "--peer-key-file", etc + "node-key.pem", "--peer-trusted-ca-file", etc + "ca.pem", "--peer-client-cert-auth",
+		"etcd": map[string]any{
+			"name": fmt.Sprintf("floor%d", i+1), "data-dir": "/data/etcd",
+			"listen-client-urls": "https://0.0.0.0:2379", "advertise-client-urls": "https://" + addr.String() + ":2379",
+			"listen-client-http-urls": "https://127.0.0.1:2381",
+			"listen-peer-urls":        "https://0.0.0.0:2380", "initial-advertise-peer-urls": "https://" + addr.String() + ":2380",
+			"initial-cluster": cluster, "initial-cluster-token": "floor", "initial-cluster-state": "new",
+			"client-transport-security": tlsFiles, "peer-transport-security": tlsFiles,
 		},
 	}
 }
@@ -279,17 +279,16 @@ func dataPartitionSize(t testing.TB, img string) int64 {
 	return 0
 }
 
-// floorInitramfs is etcdfloor as init, with the etcd binary beside it,
-// and that binary's path.
+// floorInitramfs is etcdfloor as init, etcd embedded in it, and its
+// binary's path.
 func floorInitramfs(t testing.TB) ([]byte, string) {
 	t.Helper()
 	var buf bytes.Buffer
-	etcd := goBuild(t, "go.etcd.io/etcd/server/v3", "etcd")
-	err := initramfs.Build(&buf, initramfs.Params{Init: goBuild(t, "./etcdfloor", "etcdfloor"), Files: []string{etcd + ":etcd"}})
-	if err != nil {
+	floor := goBuild(t, "./etcdfloor", "etcdfloor")
+	if err := initramfs.Build(&buf, initramfs.Params{Init: floor}); err != nil {
 		t.Fatal(err)
 	}
-	return buf.Bytes(), etcd
+	return buf.Bytes(), floor
 }
 
 // goBuild builds a static binary of pkg named name, as build.sh builds

@@ -3,28 +3,41 @@
 // BenchmarkAgainstEtcd). It does only what etcd needs of an init: it mounts
 // /proc, /sys and /dev, gives the VM's two NICs static addresses, mounts a
 // plain ext4 data disk (/dev/vdb, formatted by the host as Borough formats
-// its data volume, but with no dm-crypt under it) and runs the etcd binary
-// of the version Borough embeds with the arguments it is given. None of
+// its data volume, but with no dm-crypt under it) and runs etcd, of the
+// version Borough embeds, from the configuration file it is given. None of
 // Borough's layers run: no dm-crypt, no CRL checks, no etcd
 // authentication, no escrow, no node API.
 //
+// etcd runs embedded, as in a Borough member, rather than as etcd's own
+// binary, for one reason: its log. etcd's binary writes every info entry
+// to the console, sampled at the first 100 a second and one in 100 after;
+// a member writes them through internal/etcdlog, sampled far tighter, and
+// prints only warnings and errors on its console. Serial output is dear
+// under emulation, so a floor logging as etcd's binary does is slower than
+// plain etcd has to be, and flattered Borough. The floor's etcd logs
+// through the same bridge, sampling and console handler as a member's.
+//
 // Its configuration arrives as JSON in fw_cfg (the entry Borough's
 // enrolment uses), Config below, so that the same image serves every
-// member. It powers the VM off when etcd exits.
+// member. It powers the VM off when etcd stops.
 package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"github.com/vishvananda/netlink"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
+	"github.com/borough-os/borough/internal/console"
+	"github.com/borough-os/borough/internal/etcdlog"
 	"github.com/borough-os/borough/internal/fwcfg"
 )
 
@@ -35,16 +48,17 @@ type Config struct {
 	// Files maps a path to the contents written there before etcd
 	// starts: its certificates and keys.
 	Files map[string]string `json:"files"`
-	// Etcd are etcd's command-line arguments.
-	Etcd []string `json:"etcd"`
+	// Etcd is etcd's configuration file (embed.ConfigFromFile: the keys
+	// of its flags), as JSON, which is YAML too.
+	Etcd json.RawMessage `json:"etcd"`
 }
 
-// etcd is where the initramfs holds the etcd binary; data is where the
-// data disk is mounted.
+// etcdConfig is where etcd's configuration file is written; data is
+// where the data disk is mounted.
 const (
-	etcd     = "/etcd"
-	dataDisk = "/dev/vdb"
-	data     = "/data"
+	etcdConfig = "/etc/etcd/etcd.yaml"
+	dataDisk   = "/dev/vdb"
+	data       = "/data"
 )
 
 func main() {
@@ -85,13 +99,38 @@ func run() error {
 			return err
 		}
 	}
-	fmt.Println("etcdfloor: starting etcd", strings.Join(cfg.Etcd, " "))
-	cmd := exec.Command(etcd, cfg.Etcd...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("etcd: %w", err)
+	return runEtcd(cfg.Etcd)
+}
+
+// runEtcd runs etcd from its configuration file's contents until it
+// stops, logging as a Borough member's etcd logs.
+func runEtcd(config []byte) error {
+	if err := os.WriteFile(etcdConfig, config, 0o600); err != nil {
+		return err
 	}
-	return nil
+	ec, err := embed.ConfigFromFile(etcdConfig)
+	if err != nil {
+		return fmt.Errorf("etcd's configuration: %w", err)
+	}
+	log := slog.New(console.NewHandler(console.Open(os.Stdout))).With(console.ServiceKey, "etcd")
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdlog.New(log, zapcore.InfoLevel))
+	fmt.Println("etcdfloor: starting etcd", string(config))
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+		fmt.Println("etcdfloor: etcd serves clients")
+	case <-e.Server.StopNotify():
+	}
+	select {
+	case err := <-e.Err():
+		return fmt.Errorf("etcd: %w", err)
+	case <-e.Server.StopNotify():
+		return errors.New("etcd stopped")
+	}
 }
 
 // network brings up the loopback and gives each NIC its address.

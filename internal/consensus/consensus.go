@@ -84,6 +84,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/borough-os/borough/internal/etcdlog"
+
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -272,7 +274,7 @@ func (c Config) embed(b space.Budget, grpcServer chan<- *grpc.Server) *embed.Con
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = "1h"
 	ec.Logger = "zap"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(c.Log.With("service", "etcd"), zapcore.InfoLevel))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdlog.New(c.Log.With("service", "etcd"), zapcore.InfoLevel))
 	return ec
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 
+	"github.com/borough-os/borough/internal/etcdlog"
+
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap/zapcore"
 
@@ -44,7 +46,7 @@ func Restore(cfg Config, path string) error {
 		return fmt.Errorf("removing an earlier restore's leftovers: %w", err)
 	}
 	peer := url.URL{Scheme: "https", Host: netip.AddrPortFrom(cfg.IP, ports.Peer).String()}
-	err := snapshot.NewV3(zapLogger(cfg.Log.With("service", "etcd"), zapcore.InfoLevel)).Restore(snapshot.RestoreConfig{
+	err := snapshot.NewV3(etcdlog.New(cfg.Log.With("service", "etcd"), zapcore.InfoLevel)).Restore(snapshot.RestoreConfig{
 		SnapshotPath:        path,
 		Name:                cfg.Name,
 		OutputDataDir:       tmp,

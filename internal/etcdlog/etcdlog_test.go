@@ -1,4 +1,4 @@
-package consensus
+package etcdlog
 
 import (
 	"context"
@@ -17,10 +17,10 @@ func (c counting) Handle(context.Context, slog.Record) error { c.n.Add(1); retur
 func (c counting) WithAttrs([]slog.Attr) slog.Handler        { return c }
 func (c counting) WithGroup(string) slog.Handler             { return c }
 
-// TestZapLoggerSamples: a warning etcd repeats in a tight loop reaches the
+// TestSamples: a warning etcd repeats in a tight loop reaches the
 // node's log a bounded number of times a second; distinct warnings all
 // do.
-func TestZapLoggerSamples(t *testing.T) {
+func TestSamples(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		messages int // distinct messages, each repeated
@@ -33,7 +33,7 @@ func TestZapLoggerSamples(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var n atomic.Int64
-			lg := zapLogger(slog.New(counting{&n}), zapcore.InfoLevel)
+			lg := New(slog.New(counting{&n}), zapcore.InfoLevel)
 			for i := range tc.messages {
 				for range tc.repeats {
 					lg.Warn("failed to publish local member to cluster through raft " + string(rune('A'+i)))
