@@ -22,10 +22,11 @@
 // values sealed to cannot recur until the next reboot, and code that
 // breaks into the running node later cannot unseal the keys again.
 //
-// The SRK is recreated from its template on every call rather than
-// persisted, and its name is pinned: [Sealed] records the name of the SRK
-// it was sealed under, and Unseal refuses a TPM whose SRK has another
-// name before it salts a session to that key ([ErrWrongTPM]). Without
+// The SRK is recreated from its template once each time the TPM is
+// opened, and kept loaded until Close or the next reset, rather than
+// persisted; its name is pinned: [Sealed] records the name of the SRK it
+// was sealed under, and Unseal refuses a TPM whose SRK has another name
+// before it salts a session to that key ([ErrWrongTPM]). Without
 // the pin, an interposer on the TPM bus could answer with an SRK of its
 // own and read what is sent to it. The first seal trusts the TPM it finds.
 // Against a passive bus sniffer, the secret never crosses the bus in

@@ -77,11 +77,10 @@ func (t *TPM) seal(secret []byte, values map[uint][]byte, epoch uint64) (_ *Seal
 		return nil, err
 	}
 
-	srk, err := t.createSRK()
+	srk, err := t.loadedSRK()
 	if err != nil {
 		return nil, err
 	}
-	defer t.flush(srk.handle, &err)
 	rsp, err := tpm2.Create{
 		// The session is salted to the SRK and encrypts InSensitive, the
 		// first parameter, so the secret crosses the bus encrypted with a

@@ -215,7 +215,9 @@ func TestUnsealWrongTPM(t *testing.T) {
 		change func(t *testing.T, tp *TPM) *TPM
 	}{
 		{"cleared", func(t *testing.T, tp *TPM) *TPM {
-			// TPM2_Clear replaces the storage seed, and so the SRK.
+			// TPM2_Clear replaces the storage seed, and so the SRK, and
+			// flushes the loaded one; the next boot opens the TPM
+			// afresh.
 			_, err := tpm2.Clear{
 				AuthHandle: tpm2.AuthHandle{
 					Handle: tpm2.TPMRHLockout,
@@ -225,7 +227,7 @@ func TestUnsealWrongTPM(t *testing.T) {
 			if err != nil {
 				t.Fatalf("clearing TPM: %v", err)
 			}
-			return tp
+			return New(tp.t)
 		}},
 		{"other machine", func(t *testing.T, tp *TPM) *TPM {
 			if err := tp.Close(); err != nil {

@@ -33,6 +33,8 @@ var (
 type TPM struct {
 	mu sync.Mutex
 	t  transport.TPMCloser
+	// srk is the storage root key once created (loadedSRK).
+	srk *srk
 }
 
 // Open opens the machine's TPM, /dev/tpm0 or else /dev/tpmrm0. It returns
@@ -77,11 +79,17 @@ func New(t transport.TPMCloser) *TPM {
 	return &TPM{t: t}
 }
 
-// Close closes the TPM device.
+// Close flushes the storage root key, if loaded, and closes the TPM
+// device.
 func (t *TPM) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.t.Close()
+	var err error
+	if t.srk != nil {
+		t.flush(t.srk.handle, &err)
+		t.srk = nil
+	}
+	return errors.Join(err, t.t.Close())
 }
 
 // flush unloads the transient object or session h. It is meant to be

@@ -2,6 +2,7 @@ package tpm
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -56,7 +57,8 @@ func extend(t *testing.T, tp *TPM, pcr uint, data string) []byte {
 }
 
 // checkNoHandles fails the test if a transient object or a session is left
-// loaded. The simulator has no resource manager, so leaks stay visible.
+// loaded, but for the SRK tp keeps. The simulator has no resource
+// manager, so leaks stay visible.
 func checkNoHandles(t *testing.T, tp *TPM) {
 	t.Helper()
 	for _, ht := range []tpm2.TPMHT{tpm2.TPMHTTransient, tpm2.TPMHTHMACSession, tpm2.TPMHTPolicySession} {
@@ -72,8 +74,9 @@ func checkNoHandles(t *testing.T, tp *TPM) {
 		if err != nil {
 			t.Fatalf("listing handles: %v", err)
 		}
-		if len(handles.Handle) > 0 {
-			t.Errorf("handles left loaded: %#x", handles.Handle)
+		left := slices.DeleteFunc(handles.Handle, func(h tpm2.TPMHandle) bool { return tp.srk != nil && h == tp.srk.handle })
+		if len(left) > 0 {
+			t.Errorf("handles left loaded: %#x", left)
 		}
 	}
 }
@@ -91,6 +94,69 @@ func (r *recorder) Send(cmd []byte) ([]byte, error) {
 	rsp, err := r.TPMCloser.Send(cmd)
 	r.traffic = append(r.traffic, slices.Clone(rsp))
 	return rsp, err
+}
+
+// closeChecker is a transport that lists the transient handles still
+// loaded when it is closed.
+type closeChecker struct {
+	transport.TPMCloser
+	left []tpm2.TPMHandle
+}
+
+func (c *closeChecker) Close() error {
+	rsp, err := tpm2.GetCapability{
+		Capability: tpm2.TPMCapHandles, Property: uint32(tpm2.TPMHTTransient) << 24, PropertyCount: 16,
+	}.Execute(c.TPMCloser)
+	if err != nil {
+		return err
+	}
+	handles, err := rsp.CapabilityData.Data.Handles()
+	if err != nil {
+		return err
+	}
+	c.left = handles.Handle
+	return c.TPMCloser.Close()
+}
+
+// TestSRKOnce: seals and unseals create the SRK once between them, and
+// Close flushes it.
+func TestSRKOnce(t *testing.T) {
+	tp := newTPM(t, 1)
+	closer := &closeChecker{TPMCloser: tp.t}
+	rec := &recorder{TPMCloser: closer}
+	tp.t = rec
+	values, err := tp.PCRs(DefaultPCRs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := tp.Epoch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		s, err := tp.SealTo(secret32, values, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tp.Unseal(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	creates := 0
+	for i := 0; i < len(rec.traffic); i += 2 {
+		if tpm2.TPMCC(binary.BigEndian.Uint32(rec.traffic[i][6:10])) == tpm2.TPMCCCreatePrimary {
+			creates++
+		}
+	}
+	if creates != 1 {
+		t.Errorf("two seals and two unseals in an epoch created the SRK %d times, want once", creates)
+	}
+	if err := tp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(closer.left) > 0 {
+		t.Errorf("handles left loaded at Close: %#x", closer.left)
+	}
 }
 
 func TestOpen(t *testing.T) {

@@ -30,11 +30,10 @@ func (t *TPM) unseal(s *Sealed) (_ []byte, err error) {
 		return nil, err
 	}
 
-	srk, err := t.createSRK()
+	srk, err := t.loadedSRK()
 	if err != nil {
 		return nil, err
 	}
-	defer t.flush(srk.handle, &err)
 	// Checked before the session below is salted to the SRK: a stand-in
 	// TPM with an SRK of its own could read a secret salted to its key.
 	if s.SRKName != nil && !bytes.Equal(s.SRKName, srk.name.Buffer) {
