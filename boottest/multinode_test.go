@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,28 +58,62 @@ func TestMultiNode(t *testing.T) {
 
 // launch launches a cluster owned by the owner whose config directory
 // is config, in a temporary directory, with progress logged to t; when t
-// ends it is killed, its consoles saved first if t failed.
+// ends it is killed, its consoles saved first if t failed. Each node's
+// console goes to a file as it arrives, every boot of it one after
+// another: a node's trouble may be in a boot before its last.
 func launch(t *testing.T, config string, opts multinode.Options) *multinode.Cluster {
 	t.Helper()
 	opts.StateDir = t.TempDir()
 	opts.Owner = ownerPair(t, config)
 	opts.Logf = t.Logf
+	consoles := &consoleFiles{dir: t.TempDir()}
+	opts.Console = consoles.open
 	c, err := multinode.Launch(context.Background(), opts)
 	if err != nil {
+		consoles.close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			saveConsoles(t, c)
-		}
 		c.Kill()
+		consoles.close()
+		if t.Failed() {
+			saveConsoles(t, c, consoles.dir)
+		}
 	})
 	return c
 }
 
+// consoleFiles keeps each node's every boot's console in a file of dir.
+type consoleFiles struct {
+	dir   string
+	files []*os.File
+}
+
+// open is multinode.Options.Console: node i's file, to append to. A file
+// that does not open takes nothing: the console stays in the VM's memory.
+func (c *consoleFiles) open(i int) io.Writer {
+	f, err := os.OpenFile(consoleFile(c.dir, i), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return io.Discard
+	}
+	c.files = append(c.files, f)
+	return f
+}
+
+func (c *consoleFiles) close() {
+	for _, f := range c.files {
+		f.Close()
+	}
+}
+
+func consoleFile(dir string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("node%d.console", i+1))
+}
+
 // saveConsoles prints the tail of each node's console and keeps the whole
-// of it under the build output, for a failure to be read in full.
-func saveConsoles(t *testing.T, c *multinode.Cluster) {
+// of it, every boot's from consoles (consoleFiles), under the build
+// output, for a failure to be read in full.
+func saveConsoles(t *testing.T, c *multinode.Cluster, consoles string) {
 	dir := filepath.Join(outDir(t), "failed", t.Name())
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Log(err)
@@ -87,11 +122,15 @@ func saveConsoles(t *testing.T, c *multinode.Cluster) {
 		if n.VM == nil {
 			continue
 		}
-		path := filepath.Join(dir, fmt.Sprintf("node%d.console", n.Index+1))
-		if err := os.WriteFile(path, []byte(n.VM.Console()), 0o644); err != nil {
+		whole, err := os.ReadFile(consoleFile(consoles, n.Index))
+		if err != nil {
+			whole = []byte(n.VM.Console())
+		}
+		path := consoleFile(dir, n.Index)
+		if err := os.WriteFile(path, whole, 0o644); err != nil {
 			t.Log(err)
 		}
-		t.Logf("node%d (%s) console tail (whole: %s):\n%s", n.Index+1, n.Name, path, n.VM.Tail(30))
+		t.Logf("node%d (%s) console tail (every boot: %s):\n%s", n.Index+1, n.Name, path, n.VM.Tail(30))
 	}
 }
 
