@@ -164,6 +164,13 @@ func TestRobustness(t *testing.T) {
 	before := r.identity()
 	h := robustness.NewHistory()
 	w := robustness.Workload{Prefix: "robust/", Seed: cfg.seed}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	r.watch = r.connect(r.c.Endpoints()...)
+	commits, err := robustness.WatchCommits(watchCtx, r.watch, w.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range r.nodes[:3] {
 		r.workload = append(r.workload, r.connect(n.Endpoint()))
 	}
@@ -193,14 +200,24 @@ func TestRobustness(t *testing.T) {
 			t.Fatalf("node%d: %v", n.Index+1, err)
 		}
 	}
+	if err := commits.Sync(r.client(r.nodes...), w.Prefix, 2*time.Minute); err != nil {
+		t.Logf("robustness: the watch of the workload's keys: %v", err)
+	}
+	settled := h.Settle(commits)
+	before = r.joined(before)
+	after := r.identity()
+	// The check has the machine's cores to itself.
+	for _, n := range r.c.Nodes {
+		if n.VM != nil {
+			n.VM.Kill()
+		}
+	}
 	html := filepath.Join(outDir(t), "failed", t.Name(), fmt.Sprintf("history-seed%d.html", cfg.seed))
 	if err := os.MkdirAll(filepath.Dir(html), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	checkErr := h.Check(5*time.Minute, html)
-	before = r.joined(before)
-	after := r.identity()
-	t.Log(r.table(h, checkErr, before, after))
+	t.Log(r.table(h, settled, checkErr, before, after))
 	if checkErr != nil {
 		t.Error(checkErr)
 	}
@@ -225,8 +242,11 @@ type faultRun struct {
 	// the identity of their data volume once they ran.
 	replaced map[*multinode.Node]string
 	// workload are the workload's clients, one per node of the first
-	// three places; a replacement takes over its predecessor's.
+	// three places; a replacement takes over its predecessor's. watch
+	// is the client of the watch of the workload's keys, through every
+	// member.
 	workload []*clientv3.Client
+	watch    *clientv3.Client
 	// version is the minor version of the last rolling update.
 	version int
 	owner   tls.Certificate
@@ -286,6 +306,15 @@ func (r *faultRun) client(nodes ...*multinode.Node) *clientv3.Client {
 	cl := r.connect(eps...)
 	r.clients[key] = cl
 	return cl
+}
+
+// endpoints are the members' client endpoints.
+func (r *faultRun) endpoints() []string {
+	var eps []string
+	for _, n := range r.nodes {
+		eps = append(eps, n.Endpoint())
+	}
+	return eps
 }
 
 // connect makes a client of the owner's through endpoints.
@@ -437,7 +466,7 @@ func volumeID(t *testing.T, img string) string {
 }
 
 // table is the run's summary.
-func (r *faultRun) table(h *robustness.History, checkErr error, before, after []string) string {
+func (r *faultRun) table(h *robustness.History, settled robustness.Settled, checkErr error, before, after []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "robustness summary\n  faults injected:\n")
 	names := make([]string, 0, len(r.faults))
@@ -450,6 +479,7 @@ func (r *faultRun) table(h *robustness.History, checkErr error, before, after []
 	}
 	fmt.Fprintf(&b, "    %-28s 1 (the last)\n", "final power cut of all")
 	fmt.Fprintf(&b, "  operations: %s\n", h)
+	fmt.Fprintf(&b, "  writes of unknown outcome, by the watch: %s\n", settled)
 	anomalies := 0
 	if checkErr != nil {
 		anomalies = 1
@@ -547,6 +577,7 @@ func (r *faultRun) replace() {
 	if i < len(r.workload) {
 		r.workload[i].SetEndpoints(n.Endpoint())
 	}
+	r.watch.SetEndpoints(r.endpoints()...)
 	if r.replaced == nil {
 		r.replaced = map[*multinode.Node]string{}
 	}

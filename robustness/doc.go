@@ -13,6 +13,9 @@
 // the checker may place it anywhere after its call or nowhere (the
 // approach porcupine's author gives for crashed clients); its client
 // then takes a new identity, since the call may still be in flight.
+// Left open, hundreds of them make a long run's check take longer than
+// it may; a watch of the keys from before the first call (Commits) tells
+// which took effect, and by when, and Settle closes them so.
 //
 // The model is per key (porcupine checks keys apart, in parallel): a
 // key is absent or holds a value; get, put, delete and a compare-and-
