@@ -300,8 +300,13 @@ func (s maintenanceAs) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.Alarm
 	return fresh(s.as, ctx, func(ctx context.Context) (*pb.AlarmResponse, error) { return s.MaintenanceServer.Alarm(ctx, r) })
 }
 
+// Status is etcd's, but for a member removed while etcd answers, which
+// is an error rather than a panic (survivingRemoval).
 func (s maintenanceAs) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return fresh(s.as, ctx, func(ctx context.Context) (*pb.StatusResponse, error) { return s.MaintenanceServer.Status(ctx, r) })
+	present := func() bool { return s.etcd.Cluster().Member(s.etcd.MemberID()) != nil }
+	return fresh(s.as, ctx, func(ctx context.Context) (*pb.StatusResponse, error) {
+		return survivingRemoval(present, func() (*pb.StatusResponse, error) { return s.MaintenanceServer.Status(ctx, r) })
+	})
 }
 
 // Defragment defragments the member's database if the caller is an
