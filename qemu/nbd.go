@@ -132,8 +132,10 @@ func (vm *VM) FailDisks(failing bool) error {
 
 // ThrottleDisks limits the VM's disks to bitsPerSecond between them, as a
 // drive that slows down does (a worn flash drive, a rebuilding array), or,
-// with 0, lets them run at full speed again. nbdkit takes the new rate
-// within a second. It needs Options.DiskFaults.
+// with 0, lets them run at full speed again. nbdkit reads the rate at
+// each request; a request already waiting for its turn finishes its wait
+// at the old rate (at most its size at that rate). It needs
+// Options.DiskFaults.
 func (vm *VM) ThrottleDisks(bitsPerSecond int64) error {
 	if !vm.opts.DiskFaults {
 		return errors.New("qemu: ThrottleDisks needs Options.DiskFaults")

@@ -114,7 +114,7 @@ func TestDiskFaults(t *testing.T) {
 					t.Fatal(err)
 				}
 				rate = tc.rate
-				time.Sleep(1500 * time.Millisecond) // nbdkit reads its rate file each second
+				time.Sleep(1500 * time.Millisecond) // requests already waiting finish their wait at the old rate
 			}
 			out, took, err := io(tc.op)
 			failed := err != nil || strings.Contains(out, "Input/output error") || strings.Contains(out, "Pattern verification failed")
