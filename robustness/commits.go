@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/follow"
 )
 
 // Commits is a watch of the workload's keys from before its first call:
@@ -25,58 +27,27 @@ import (
 type Commits struct {
 	mu   sync.Mutex
 	seen map[string]time.Time
-	// next is the revision the watch resumes from; lost says why the
-	// watch missed revisions, if it did.
-	next int64
+	// lost says why the watch missed revisions, if it did.
 	lost error
 	done chan struct{}
 }
 
 // WatchCommits watches prefix through c, from the revision after the
-// store's current one, until ctx ends. It is to start before the
-// workload does.
+// store's current one, until ctx ends (package follow watches again when
+// a member ends the watch). It is to start before the workload does.
 func WatchCommits(ctx context.Context, c *clientv3.Client, prefix string) (*Commits, error) {
 	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return nil, fmt.Errorf("watching %s: the store's revision: %w", prefix, err)
 	}
-	w := &Commits{seen: map[string]time.Time{}, next: resp.Header.Revision + 1, done: make(chan struct{})}
-	go w.run(ctx, c, prefix)
+	w := &Commits{seen: map[string]time.Time{}, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		if _, err := (follow.Watch{Client: c, Prefix: prefix, Each: w.add}).From(ctx, resp.Header.Revision+1); err != nil {
+			w.fail(err)
+		}
+	}()
 	return w, nil
-}
-
-// run watches until ctx ends or a revision is compacted before the
-// watch saw it. A watch ended by its member (one without a leader, with
-// WithRequireLeader, so that a member cut off cannot hold the watch
-// back) starts again from the revision after the last it saw, through
-// whichever member the client picks.
-func (w *Commits) run(ctx context.Context, c *clientv3.Client, prefix string) {
-	defer close(w.done)
-	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for resp := range c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(w.resumeAt())) {
-			if resp.CompactRevision != 0 {
-				w.fail(fmt.Errorf("revisions up to %d were compacted before the watch saw them", resp.CompactRevision))
-				cancel()
-				return
-			}
-			if resp.Err() != nil {
-				break
-			}
-			w.add(resp)
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func (w *Commits) resumeAt() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.next
 }
 
 func (w *Commits) add(resp clientv3.WatchResponse) {
@@ -84,12 +55,9 @@ func (w *Commits) add(resp clientv3.WatchResponse) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, ev := range resp.Events {
-		if ev.Type == clientv3.EventTypePut {
-			if _, ok := w.seen[string(ev.Kv.Value)]; !ok {
-				w.seen[string(ev.Kv.Value)] = now
-			}
+		if _, ok := w.seen[string(ev.Kv.Value)]; ev.Type == clientv3.EventTypePut && !ok {
+			w.seen[string(ev.Kv.Value)] = now
 		}
-		w.next = max(w.next, ev.Kv.ModRevision+1)
 	}
 }
 

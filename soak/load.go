@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/borough-os/borough/internal/follow"
 )
 
 // Load is the soak's steady load through one client.
@@ -162,31 +164,28 @@ func (l Load) put(ctx context.Context, t *Tally, last *atomic.Int64) {
 	}
 }
 
-// watch counts the puts of the load's keys from rev on, watching again
-// from the next revision whenever the watch ends (a member restarted),
-// and keeps in watched the revision it has seen up to.
+// watch counts the puts of the load's keys from rev on (package follow
+// watches again whenever the watch ends: a member restarted), and keeps
+// in watched the revision it has seen up to. A revision compacted before
+// the watch reached it is counted, and the watch goes on from the
+// compaction.
 func (l Load) watch(ctx context.Context, rev int64, t *Tally, watched *atomic.Int64) {
-	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for resp := range l.Client.Watch(wctx, l.Prefix+"k/", clientv3.WithPrefix(), clientv3.WithRev(rev)) {
-			if errors.Is(resp.Err(), rpctypes.ErrCompacted) {
-				t.Compacted.Add(1)
-				rev = resp.CompactRevision
-				break
-			}
+	w := follow.Watch{Client: l.Client, Prefix: l.Prefix + "k/", Resumed: func() { t.Resumed.Add(1) },
+		Each: func(resp clientv3.WatchResponse) {
 			for _, ev := range resp.Events {
 				if ev.Type == clientv3.EventTypePut {
 					t.Seen.Add(1)
 				}
-				rev = ev.Kv.ModRevision + 1
 			}
 			watched.Store(resp.Header.Revision)
+		}}
+	for {
+		compacted, err := w.From(ctx, rev)
+		if err == nil {
+			return
 		}
-		cancel()
-		if ctx.Err() == nil {
-			t.Resumed.Add(1)
-			time.Sleep(100 * time.Millisecond)
-		}
+		t.Compacted.Add(1)
+		rev = compacted
 	}
 }
 
