@@ -62,23 +62,32 @@ func extend(t *testing.T, tp *TPM, pcr uint, data string) []byte {
 func checkNoHandles(t *testing.T, tp *TPM) {
 	t.Helper()
 	for _, ht := range []tpm2.TPMHT{tpm2.TPMHTTransient, tpm2.TPMHTHMACSession, tpm2.TPMHTPolicySession} {
-		rsp, err := tpm2.GetCapability{
-			Capability:    tpm2.TPMCapHandles,
-			Property:      uint32(ht) << 24,
-			PropertyCount: 16,
-		}.Execute(tp.t)
+		handles, err := loaded(tp.t, ht)
 		if err != nil {
 			t.Fatalf("listing handles: %v", err)
 		}
-		handles, err := rsp.CapabilityData.Data.Handles()
-		if err != nil {
-			t.Fatalf("listing handles: %v", err)
-		}
-		left := slices.DeleteFunc(handles.Handle, func(h tpm2.TPMHandle) bool { return tp.srk != nil && h == tp.srk.handle })
+		left := slices.DeleteFunc(handles, func(h tpm2.TPMHandle) bool { return tp.srk != nil && h == tp.srk.handle })
 		if len(left) > 0 {
 			t.Errorf("handles left loaded: %#x", left)
 		}
 	}
+}
+
+// loaded lists the TPM's loaded handles of type ht.
+func loaded(t transport.TPM, ht tpm2.TPMHT) ([]tpm2.TPMHandle, error) {
+	rsp, err := tpm2.GetCapability{
+		Capability:    tpm2.TPMCapHandles,
+		Property:      uint32(ht) << 24,
+		PropertyCount: 16,
+	}.Execute(t)
+	if err != nil {
+		return nil, err
+	}
+	handles, err := rsp.CapabilityData.Data.Handles()
+	if err != nil {
+		return nil, err
+	}
+	return handles.Handle, nil
 }
 
 // recorder is a transport that keeps every command and response.
@@ -104,17 +113,11 @@ type closeChecker struct {
 }
 
 func (c *closeChecker) Close() error {
-	rsp, err := tpm2.GetCapability{
-		Capability: tpm2.TPMCapHandles, Property: uint32(tpm2.TPMHTTransient) << 24, PropertyCount: 16,
-	}.Execute(c.TPMCloser)
+	left, err := loaded(c.TPMCloser, tpm2.TPMHTTransient)
 	if err != nil {
 		return err
 	}
-	handles, err := rsp.CapabilityData.Data.Handles()
-	if err != nil {
-		return err
-	}
-	c.left = handles.Handle
+	c.left = left
 	return c.TPMCloser.Close()
 }
 
