@@ -266,19 +266,8 @@ func (s *side) watchTerm(b *testing.B, when string) {
 // bootstraps the cluster and usually leads it), and a follower forwards
 // each request to the leader, a hop the leader does not take.
 func (s *side) leaderFirst(b *testing.B) []string {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for i, ep := range s.endpoints {
-		cl, err := s.dial(ep)
-		if err != nil {
-			b.Fatal(err)
-		}
-		st, err := cl.Status(ctx, ep)
-		cl.Close()
-		if err != nil {
-			b.Fatalf("%s: %v", s.name, err)
-		}
-		if st.Header.MemberId == st.Leader {
+		if st := s.status(b, ep); st.Header.MemberId == st.Leader {
 			return append([]string{ep}, slices.Delete(slices.Clone(s.endpoints), i, i+1)...)
 		}
 	}
@@ -287,19 +276,22 @@ func (s *side) leaderFirst(b *testing.B) []string {
 }
 
 // raftTerm is the raft term the first member says.
-func (s *side) raftTerm(b *testing.B) uint64 {
-	cl, err := s.dial(s.endpoints[0])
+func (s *side) raftTerm(b *testing.B) uint64 { return s.status(b, s.endpoints[0]).RaftTerm }
+
+// status is what the member at endpoint says of itself.
+func (s *side) status(b *testing.B, endpoint string) *clientv3.StatusResponse {
+	cl, err := s.dial(endpoint)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := cl.Status(ctx, s.endpoints[0])
+	st, err := cl.Status(ctx, endpoint)
 	if err != nil {
 		b.Fatalf("%s: %v", s.name, err)
 	}
-	return st.RaftTerm
+	return st
 }
 
 // perfLine is a verdict of etcdctl check perf.

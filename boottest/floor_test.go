@@ -34,9 +34,9 @@ import (
 // (qemu/multinode): the same kernel, memory, virtual CPU, virtio disk of
 // the data partition's size, formatted alike, and a LAN on a hub of its
 // own. Each member runs etcd of the version Borough embeds, embedded in
-// boottest/etcdfloor and logging as a member's does, with mutual TLS on both ports and gRPC alone
-// on the client port (its HTTP on the loopback) as Borough's members
-// have, and etcd's defaults for the rest. Serving gRPC on a port of its
+// boottest/etcdfloor and logging as a member's does, with mutual TLS on
+// both ports and gRPC alone on the client port (its HTTP on the loopback)
+// as Borough's members have, and etcd's defaults for the rest. Serving gRPC on a port of its
 // own is etcd's advice for production, not one of Borough's layers, so
 // the floor has it too: what it measures is the layers' cost
 // (docs/decisions.md, "gRPC on a port of its own").
@@ -47,8 +47,8 @@ type floor struct {
 	Endpoints []string
 	// Env is etcdctl's environment for every member.
 	Env map[string]string
-	// Etcd is the binary the members run, etcd in etcdfloor; GDB their gdbstub sockets
-	// (qemu.Options.GDB), for guestprof.
+	// Etcd is the binary the members run, etcd in etcdfloor; GDB their
+	// gdbstub sockets (qemu.Options.GDB), for guestprof.
 	Etcd string
 	GDB  []string
 	tls  *tls.Config

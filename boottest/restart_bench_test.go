@@ -165,9 +165,7 @@ func boroughRestarter(b *testing.B, img string) *restarter {
 				b.Fatal(err)
 			}
 		},
-		dial: func(i int) (*clientv3.Client, error) {
-			return admin.Connect([]string{c.Nodes[i].Endpoint()}, c.CA, owner)
-		},
+		dial:    dial,
 		dialAll: c.Client,
 		settle: func(b *testing.B) {
 			for i, n := range c.Nodes {

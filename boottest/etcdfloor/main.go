@@ -105,6 +105,9 @@ func run() error {
 // runEtcd runs etcd from its configuration file's contents until it
 // stops, logging as a Borough member's etcd logs.
 func runEtcd(config []byte) error {
+	if err := os.MkdirAll(filepath.Dir(etcdConfig), 0o700); err != nil {
+		return err
+	}
 	if err := os.WriteFile(etcdConfig, config, 0o600); err != nil {
 		return err
 	}

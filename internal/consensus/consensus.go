@@ -84,8 +84,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/borough-os/borough/internal/etcdlog"
-
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -96,6 +94,7 @@ import (
 
 	"github.com/borough-os/borough/datavol"
 	"github.com/borough-os/borough/internal/clientport"
+	"github.com/borough-os/borough/internal/etcdlog"
 	"github.com/borough-os/borough/internal/ports"
 	"github.com/borough-os/borough/internal/space"
 )

@@ -8,12 +8,11 @@ import (
 	"net/url"
 	"os"
 
-	"github.com/borough-os/borough/internal/etcdlog"
-
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/borough-os/borough/internal/atomicfile"
+	"github.com/borough-os/borough/internal/etcdlog"
 	"github.com/borough-os/borough/internal/ports"
 )
 
