@@ -123,6 +123,7 @@ func boot(t testing.TB, opts qemu.Options) *qemu.VM {
 	if err != nil {
 		t.Fatal(err)
 	}
+	started(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the console's tail:\n%s", vm.Tail(40))
@@ -155,10 +156,14 @@ func sawLine(t testing.TB, vm *qemu.VM, line string, timeout time.Duration) {
 }
 
 // TestMain gives the borough commands the tests run the passphrase of the
-// test owners' keys.
+// test owners' keys, and logs the host's load while they run (hostLoad).
 func TestMain(m *testing.M) {
 	os.Setenv(ownerkey.PassphraseEnv, testPassphrase)
-	os.Exit(m.Run())
+	stop := make(chan struct{})
+	go hostLoad(stop)
+	code := m.Run()
+	close(stop)
+	os.Exit(code)
 }
 
 // waitUntil calls f every half second until it returns nil, and returns

@@ -30,7 +30,14 @@ import (
 // the cluster is expensive, the cases are not. Its disks lose what a node
 // did not flush when its power is cut (qemu.Options.VolatileCache), as
 // drives with a write cache do, so that its power cuts are whole ones.
+//
+// It runs beside the single-VM tests, in one of make test's two slots:
+// its three VMs spend much of its cases idle or waiting for one of them
+// to boot, and a make test's host load lines (hostLoad) show how busy
+// the cores are meanwhile. TestRobustness runs alone, before them: its
+// workload keeps the cores busy and it holds every recovery to a bound.
 func TestMultiNode(t *testing.T) {
+	t.Parallel()
 	config := owner(t)
 	c := launch(t, config, multinode.Options{Nodes: 3, Image: versionedImage(t, "1.0.0"), Cluster: "multi", TPM: true, Control: true,
 		VolatileCache: true})
@@ -73,6 +80,7 @@ func launch(t *testing.T, config string, opts multinode.Options) *multinode.Clus
 		consoles.close()
 		t.Fatal(err)
 	}
+	started(t)
 	t.Cleanup(func() {
 		c.Kill()
 		consoles.close()

@@ -1,0 +1,128 @@
+//go:build boot
+
+package boottest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// hostLoadEvery is how often the boot tests log the host's load.
+const hostLoadEvery = time.Minute
+
+// withVMs counts, for each top-level test, its VMs and clusters up:
+// hostLoad's record of who shares the cores.
+var withVMs = struct {
+	sync.Mutex
+	up map[string]int
+}{up: map[string]int{}}
+
+// started records that t has one more VM or cluster up until it ends.
+func started(t testing.TB) {
+	name, _, _ := strings.Cut(t.Name(), "/")
+	withVMs.Lock()
+	withVMs.up[name]++
+	withVMs.Unlock()
+	t.Cleanup(func() {
+		withVMs.Lock()
+		if withVMs.up[name]--; withVMs.up[name] <= 0 {
+			delete(withVMs.up, name)
+		}
+		withVMs.Unlock()
+	})
+}
+
+// hostLoad prints, every hostLoadEvery until stop closes, how busy the
+// host's cores were since the line before, how many QEMU processes ran
+// and which tests had VMs or clusters up. make test's time is the cores' time: the guests run under TCG,
+// and which tests may run beside which depends on what the cores have to
+// spare, over runs at different hours.
+func hostLoad(stop <-chan struct{}) {
+	before, err := cpuTimes()
+	if err != nil {
+		fmt.Printf("harness: no host load lines: %v\n", err)
+		return
+	}
+	tick := time.NewTicker(hostLoadEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		now, err := cpuTimes()
+		if err != nil {
+			fmt.Printf("harness: no more host load lines: %v\n", err)
+			return
+		}
+		busy := 100 * float64(now.busy-before.busy) / float64(max(now.total-before.total, 1))
+		fmt.Printf("harness: %s host CPU %.0f%% busy over the last %v; %d QEMU processes; up: %s\n",
+			time.Now().Format(time.TimeOnly), busy, hostLoadEvery, qemuProcesses(), testsUp())
+		before = now
+	}
+}
+
+// testsUp names the tests with VMs or clusters up, each with how many.
+func testsUp() string {
+	withVMs.Lock()
+	defer withVMs.Unlock()
+	var up []string
+	for name, n := range withVMs.up {
+		up = append(up, fmt.Sprintf("%s %d", name, n))
+	}
+	if len(up) == 0 {
+		return "none"
+	}
+	slices.Sort(up)
+	return strings.Join(up, ", ")
+}
+
+// qemuProcesses counts the host's QEMU system emulators.
+func qemuProcesses() int {
+	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+	n := 0
+	for _, c := range comms {
+		if b, err := os.ReadFile(c); err == nil && strings.HasPrefix(string(b), "qemu-system") {
+			n++
+		}
+	}
+	return n
+}
+
+// cpuCounts are the host's CPU time counters, in clock ticks, from the
+// first line of /proc/stat: all of it, and all but idle and iowait. The
+// line's first eight fields are the whole; guest time is counted again
+// after them.
+type cpuCounts struct{ total, busy uint64 }
+
+func cpuTimes() (cpuCounts, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuCounts{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 6 || fields[0] != "cpu" {
+		return cpuCounts{}, fmt.Errorf("/proc/stat begins %q, not with the cpu line", line)
+	}
+	var c cpuCounts
+	for i, f := range fields[1:min(len(fields), 9)] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return cpuCounts{}, fmt.Errorf("/proc/stat's cpu line %q: %w", line, err)
+		}
+		c.total += v
+		if i != 3 && i != 4 { // idle, iowait
+			c.busy += v
+		}
+	}
+	return c, nil
+}
