@@ -258,6 +258,17 @@ func dataDisk(t testing.TB, dir string, size int64) string {
 	return path
 }
 
+// grownDataSize is the size img's data partition grows to on a disk of
+// disk bytes: the disk less what the image holds besides it.
+func grownDataSize(t testing.TB, img string, disk int64) int64 {
+	t.Helper()
+	fi, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return disk - (fi.Size() - dataPartitionSize(t, img))
+}
+
 // dataPartitionSize is the size of the data partition in img's GPT.
 func dataPartitionSize(t testing.TB, img string) int64 {
 	t.Helper()

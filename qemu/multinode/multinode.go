@@ -62,6 +62,10 @@ type Options struct {
 	Nodes int
 	// Image is the disk image every node starts from (copied).
 	Image string
+	// DiskSize, if larger than Image, is the size of each node's copy:
+	// a disk larger than the image, into which the node grows its data
+	// partition at its first boot.
+	DiskSize int64
 	// StateDir keeps the nodes' disks, firmware variables, TPM state,
 	// configs and the LAN socket. Required.
 	StateDir string
@@ -233,7 +237,7 @@ func (c *Cluster) prepare(i int) (*Node, error) {
 	}
 	disk := filepath.Join(dir, "disk.img")
 	if _, err := os.Stat(disk); errors.Is(err, os.ErrNotExist) {
-		if err := copySparse(c.opts.Image, disk); err != nil {
+		if err := copySparse(c.opts.Image, disk, c.opts.DiskSize); err != nil {
 			return nil, err
 		}
 	}
@@ -630,8 +634,9 @@ func (c *Cluster) port(ports []int, i int) (int, error) {
 	return 0, errors.New("no free port on 127.0.0.1 that the cluster's options do not name")
 }
 
-// copySparse copies a disk image, keeping its holes.
-func copySparse(src, dst string) error {
+// copySparse copies a disk image, keeping its holes, to a file of at
+// least size bytes.
+func copySparse(src, dst string, size int64) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -664,7 +669,7 @@ func copySparse(src, dst string) error {
 			return err
 		}
 	}
-	if err := out.Truncate(fi.Size()); err != nil {
+	if err := out.Truncate(max(fi.Size(), size)); err != nil {
 		out.Close()
 		return err
 	}
