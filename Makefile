@@ -26,8 +26,9 @@ lint:
 unit:
 	$(GO) test ./...
 
+# boottest/run.sh says in which order and beside what each runs.
 boot: image
-	$(GO) test -tags boot -count=1 -parallel 2 -timeout 55m -v ./boottest/
+	GO=$(GO) boottest/run.sh
 
 # The image's GPT must satisfy sgdisk's checks.
 check-image: image

@@ -17,14 +17,15 @@ import (
 // hostLoadEvery is how often the boot tests log the host's load.
 const hostLoadEvery = time.Minute
 
-// withVMs counts, for each top-level test, its VMs and clusters up:
-// hostLoad's record of who shares the cores.
+// withVMs counts, for each top-level test, the VMs and clusters it has
+// started and not yet ended with it: hostLoad's record of who shares the
+// cores.
 var withVMs = struct {
 	sync.Mutex
 	up map[string]int
 }{up: map[string]int{}}
 
-// started records that t has one more VM or cluster up until it ends.
+// started records that t has one more VM or cluster until it ends.
 func started(t testing.TB) {
 	name, _, _ := strings.Cut(t.Name(), "/")
 	withVMs.Lock()
@@ -40,8 +41,9 @@ func started(t testing.TB) {
 }
 
 // hostLoad prints, every hostLoadEvery until stop closes, how busy the
-// host's cores were since the line before, how many QEMU processes ran
-// and which tests had VMs or clusters up. make test's time is the cores' time: the guests run under TCG,
+// host's cores were since the line before, how many QEMU processes run
+// (this test binary's and any other's) and which of its tests have
+// started VMs or clusters (each counted until its test ends). make test's time is the cores' time: the guests run under TCG,
 // and which tests may run beside which depends on what the cores have to
 // spare, over runs at different hours.
 func hostLoad(stop <-chan struct{}) {
@@ -64,13 +66,14 @@ func hostLoad(stop <-chan struct{}) {
 			return
 		}
 		busy := 100 * float64(now.busy-before.busy) / float64(max(now.total-before.total, 1))
-		fmt.Printf("harness: %s host CPU %.0f%% busy over the last %v; %d QEMU processes; up: %s\n",
+		fmt.Printf("harness: %s host CPU %.0f%% busy over the last %v; %d QEMU processes; tests with VMs started: %s\n",
 			time.Now().Format(time.TimeOnly), busy, hostLoadEvery, qemuProcesses(), testsUp())
 		before = now
 	}
 }
 
-// testsUp names the tests with VMs or clusters up, each with how many.
+// testsUp names the tests with VMs or clusters, each with how many it
+// started so far.
 func testsUp() string {
 	withVMs.Lock()
 	defer withVMs.Unlock()

@@ -30,14 +30,8 @@ import (
 // the cluster is expensive, the cases are not. Its disks lose what a node
 // did not flush when its power is cut (qemu.Options.VolatileCache), as
 // drives with a write cache do, so that its power cuts are whole ones.
-//
-// It runs beside the single-VM tests, in one of make test's two slots:
-// its three VMs spend much of its cases idle or waiting for one of them
-// to boot, and a make test's host load lines (hostLoad) show how busy
-// the cores are meanwhile. TestRobustness runs alone, before them: its
-// workload keeps the cores busy and it holds every recovery to a bound.
+// make test runs it beside the other boot tests (boottest/run.sh).
 func TestMultiNode(t *testing.T) {
-	t.Parallel()
 	config := owner(t)
 	c := launch(t, config, multinode.Options{Nodes: 3, Image: versionedImage(t, "1.0.0"), Cluster: "multi", TPM: true, Control: true,
 		VolatileCache: true})
