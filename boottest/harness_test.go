@@ -123,7 +123,6 @@ func boot(t testing.TB, opts qemu.Options) *qemu.VM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	started(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the console's tail:\n%s", vm.Tail(40))

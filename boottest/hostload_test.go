@@ -6,46 +6,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"testing"
 	"time"
 )
 
 // hostLoadEvery is how often the boot tests log the host's load.
 const hostLoadEvery = time.Minute
 
-// withVMs counts, for each top-level test, the VMs and clusters it has
-// started and not yet ended with it: hostLoad's record of who shares the
-// cores.
-var withVMs = struct {
-	sync.Mutex
-	up map[string]int
-}{up: map[string]int{}}
-
-// started records that t has one more VM or cluster until it ends.
-func started(t testing.TB) {
-	name, _, _ := strings.Cut(t.Name(), "/")
-	withVMs.Lock()
-	withVMs.up[name]++
-	withVMs.Unlock()
-	t.Cleanup(func() {
-		withVMs.Lock()
-		if withVMs.up[name]--; withVMs.up[name] <= 0 {
-			delete(withVMs.up, name)
-		}
-		withVMs.Unlock()
-	})
-}
-
 // hostLoad prints, every hostLoadEvery until stop closes, how busy the
-// host's cores were since the line before, how many QEMU processes run
-// (this test binary's and any other's) and which of its tests have
-// started VMs or clusters (each counted until its test ends). make test's time is the cores' time: the guests run under TCG,
-// and which tests may run beside which depends on what the cores have to
-// spare, over runs at different hours.
+// host's cores were since the line before and how many QEMU processes
+// run (this test binary's and any other's; go test -v's RUN and PASS
+// lines say which tests). make test's time is the cores' time: the
+// guests run under TCG, and which tests may run beside which depends on
+// what the cores have to spare, over runs at different hours.
 func hostLoad(stop <-chan struct{}) {
 	before, err := cpuTimes()
 	if err != nil {
@@ -66,26 +40,10 @@ func hostLoad(stop <-chan struct{}) {
 			return
 		}
 		busy := 100 * float64(now.busy-before.busy) / float64(max(now.total-before.total, 1))
-		fmt.Printf("harness: %s host CPU %.0f%% busy over the last %v; %d QEMU processes; tests with VMs started: %s\n",
-			time.Now().Format(time.TimeOnly), busy, hostLoadEvery, qemuProcesses(), testsUp())
+		fmt.Printf("harness: %s host CPU %.0f%% busy over the last %v; %d QEMU processes\n",
+			time.Now().Format(time.TimeOnly), busy, hostLoadEvery, qemuProcesses())
 		before = now
 	}
-}
-
-// testsUp names the tests with VMs or clusters, each with how many it
-// started so far.
-func testsUp() string {
-	withVMs.Lock()
-	defer withVMs.Unlock()
-	var up []string
-	for name, n := range withVMs.up {
-		up = append(up, fmt.Sprintf("%s %d", name, n))
-	}
-	if len(up) == 0 {
-		return "none"
-	}
-	slices.Sort(up)
-	return strings.Join(up, ", ")
 }
 
 // qemuProcesses counts the host's QEMU system emulators.

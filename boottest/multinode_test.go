@@ -74,7 +74,6 @@ func launch(t *testing.T, config string, opts multinode.Options) *multinode.Clus
 		consoles.close()
 		t.Fatal(err)
 	}
-	started(t)
 	t.Cleanup(func() {
 		c.Kill()
 		consoles.close()
