@@ -3,6 +3,7 @@ package qemu
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -18,10 +19,13 @@ const userHZ = 100
 // Under TCG that includes emulating the guest's instructions, so it
 // counts a guest's CPU work and its idle wake-ups alike.
 func (vm *VM) CPUTime() (time.Duration, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
 	total, err := processCPU(vm.cmd.Process.Pid)
 	if err != nil {
 		return 0, err
 	}
+	total += vm.earlierCPU
 	if vm.swtpm != nil {
 		tpm, err := processCPU(vm.swtpm.Process.Pid)
 		if err != nil {
@@ -69,4 +73,13 @@ func parseStatCPU(stat string) (uint64, error) {
 		sum += n
 	}
 	return sum, nil
+}
+
+// processStateCPU is the user and system CPU time of cmd's process, which
+// has exited.
+func processStateCPU(cmd *exec.Cmd) time.Duration {
+	if cmd.ProcessState == nil {
+		return 0
+	}
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }

@@ -5,8 +5,10 @@
 // Each VM has a state directory that outlives one boot: its own copy of
 // OVMF's variable store and, with a TPM, swtpm's state, so that a reboot
 // (or a second Start with the same StateDir) finds the firmware and the
-// TPM as the VM left them. The serial console is kept in memory; WaitFor
-// waits for a line on it and, on failure, returns the console's tail.
+// TPM as the VM left them. A headless VM's reboot is a new QEMU process
+// on that state, not a reset inside the old one (VM.launch says why).
+// The serial console is kept in memory, across reboots; WaitFor waits for
+// a line on it and, on failure, returns the console's tail.
 //
 // KVM is used only once it has been seen to work (see accel.go); on
 // machines where /dev/kvm exists but hangs QEMU, VMs run under TCG.
@@ -283,7 +285,8 @@ func (o *Options) args(accel string) ([]string, error) {
 	if o.Interactive {
 		args = append(args, "-serial", "mon:stdio")
 	} else {
-		args = append(args, "-serial", "stdio",
+		// A reset ends QEMU, and the VM starts it again (VM.launch).
+		args = append(args, "-serial", "stdio", "-no-reboot",
 			"-monitor", "unix:"+optValue(o.monitorPath())+",server=on,wait=off")
 	}
 	if o.Network || len(o.Forwards) > 0 {

@@ -3,6 +3,7 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,11 +15,10 @@ import (
 	"time"
 )
 
-// VM is a running QEMU process.
+// VM is a running machine: a QEMU process and, once the guest resets
+// it, the next one (see launch).
 type VM struct {
 	opts    Options
-	cmd     *exec.Cmd
-	swtpm   *exec.Cmd
 	disks   []*servedDisk
 	console *console
 	stderr  bytes.Buffer
@@ -27,6 +27,17 @@ type VM struct {
 	cursor int
 	exited chan struct{}
 	err    error
+
+	mu sync.Mutex
+	// cmd and swtpm are the machine's QEMU and TPM since its last start.
+	cmd, swtpm *exec.Cmd
+	// launchedAt is the console's length when cmd started.
+	launchedAt int
+	// earlierCPU is the CPU time of the QEMU and TPM processes before
+	// cmd and swtpm.
+	earlierCPU time.Duration
+	// killed says Kill cut the power: no start follows.
+	killed bool
 }
 
 // Error is a failure of a VM, with what it printed.
@@ -77,37 +88,119 @@ func Start(ctx context.Context, opts Options) (*VM, error) {
 			vm.disks = append(vm.disks, d)
 		}
 	}
-	if opts.TPM {
-		if vm.swtpm, err = opts.startSwtpm(ctx); err != nil {
-			vm.stopHelpers()
-			return nil, err
-		}
+	opts.Logf("qemu: booting %s (%s disk, %s, %d MiB%s)", opts.Image, opts.Disk, accel, opts.MemoryMiB, tpmNote(opts.TPM))
+	vm.started = time.Now()
+	if err := vm.launch(ctx, args); err != nil {
+		vm.stopHelpers()
+		return nil, err
 	}
-	vm.cmd = exec.CommandContext(ctx, "qemu-system-x86_64", args...)
-	if opts.Interactive {
-		vm.cmd.Stdin, vm.cmd.Stdout, vm.cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	go vm.run(ctx, args)
+	return vm, nil
+}
+
+// launch starts the machine's TPM, if it has one, and its QEMU.
+//
+// A headless QEMU exits when the guest resets the machine (-no-reboot),
+// and run starts it again with the same disks, firmware variables and
+// TPM state: a reboot is a cold start of the same machine, as on hardware
+// that cuts the power in a reset. Under TCG a reset inside one QEMU
+// costs seconds of CPU, up to 25 s, that hardware does not: as the
+// firmware writes over memory where the previous system ran, QEMU
+// invalidates the code it had translated there, page by page (in a host
+// profile of such boots, page_collection_lock and page_find_alloc lead).
+// What a cold start loses that a reset keeps is the RTC a guest set:
+// the next start's RTC is the host's clock again, or Options.RTCBase.
+func (vm *VM) launch(ctx context.Context, args []string) error {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.killed {
+		return errors.New("qemu: the VM's power was cut")
+	}
+	if vm.opts.TPM {
+		tpm, err := vm.opts.startSwtpm(ctx)
+		if err != nil {
+			return err
+		}
+		vm.swtpm = tpm
+	}
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
+	if vm.opts.Interactive {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	} else {
-		vm.cmd.Stdout = vm.console
-		vm.cmd.Stderr = &vm.stderr
+		cmd.Stdout = vm.console
+		cmd.Stderr = &vm.stderr
 		// A headless VM is not the terminal's: Ctrl-C there is for the
 		// program that started it, which may power it off cleanly. It
 		// does not outlive that program either, however it ends.
-		vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
-	opts.Logf("qemu: booting %s (%s disk, %s, %d MiB%s)", opts.Image, opts.Disk, accel, opts.MemoryMiB, tpmNote(opts.TPM))
-	vm.started = time.Now()
-	if err := vm.cmd.Start(); err != nil {
-		vm.stopHelpers()
-		return nil, fmt.Errorf("qemu: starting qemu-system-x86_64 (apt-get install qemu-system-x86): %w", err)
+	vm.cmd, vm.launchedAt = cmd, len(vm.console.String())
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("qemu: starting qemu-system-x86_64 (apt-get install qemu-system-x86): %w", err)
 	}
-	go func() {
-		vm.err = vm.cmd.Wait()
+	return nil
+}
+
+// run waits for QEMU to exit, and starts it again while the guest only
+// reset the machine.
+func (vm *VM) run(ctx context.Context, args []string) {
+	for {
+		vm.mu.Lock()
+		cmd := vm.cmd
+		vm.mu.Unlock()
+		err := cmd.Wait()
+		if err == nil && ctx.Err() == nil && vm.guestReset() {
+			vm.opts.Logf("qemu: the guest reset the machine: starting it again (%.1f s after the first start)", vm.Since().Seconds())
+			if err = vm.restart(ctx, args); err == nil {
+				continue
+			}
+		}
+		vm.err = err
 		vm.stopHelpers()
 		close(vm.exited)
 		vm.console.close()
-	}()
-	return vm, nil
+		return
+	}
 }
+
+// poweredOff is what the guest's kernel prints as it powers the machine
+// off; a QEMU that exits without it, and without Kill, saw a reset.
+const poweredOff = "reboot: Power down"
+
+// guestReset says whether the QEMU that exited did so for the guest's
+// reset of the machine.
+func (vm *VM) guestReset() bool {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return !vm.killed && !vm.opts.Interactive && !strings.Contains(vm.console.String()[vm.launchedAt:], poweredOff)
+}
+
+// restart launches the machine again once its TPM, which ends with the
+// QEMU it served (--terminate), has saved its state and gone.
+func (vm *VM) restart(ctx context.Context, args []string) error {
+	vm.mu.Lock()
+	vm.earlierCPU += processStateCPU(vm.cmd)
+	if vm.swtpm != nil {
+		stopped := make(chan struct{})
+		go func() {
+			_ = vm.swtpm.Wait()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(swtpmExit):
+			_ = vm.swtpm.Process.Kill()
+			<-stopped
+		}
+		vm.earlierCPU += processStateCPU(vm.swtpm)
+		vm.swtpm = nil
+	}
+	vm.mu.Unlock()
+	return vm.launch(ctx, args)
+}
+
+// swtpmExit bounds the wait for a TPM to end after its QEMU.
+const swtpmExit = 10 * time.Second
 
 func tpmNote(tpm bool) string {
 	if tpm {
@@ -123,6 +216,8 @@ func (vm *VM) stopHelpers() {
 	for _, d := range vm.disks {
 		d.cut()
 	}
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
 	if vm.swtpm != nil {
 		// --terminate ends swtpm when QEMU disconnects; this is for
 		// a QEMU that never connected.
@@ -303,7 +398,12 @@ func (vm *VM) Resume() error {
 // Kill stops QEMU at once, like pulling the plug, and waits for it; with
 // Options.VolatileCache, what the guest did not flush is lost with it.
 func (vm *VM) Kill() {
-	_ = vm.cmd.Process.Kill()
+	vm.mu.Lock()
+	vm.killed = true
+	if vm.cmd.Process != nil {
+		_ = vm.cmd.Process.Kill()
+	}
+	vm.mu.Unlock()
 	<-vm.exited
 }
 

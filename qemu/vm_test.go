@@ -78,3 +78,30 @@ func TestParseBlockStats(t *testing.T) {
 		})
 	}
 }
+
+func TestGuestReset(t *testing.T) {
+	const restart, powerDown = "[ 9.1] reboot: Restarting system\n", "[ 9.1] reboot: Power down\n"
+	for _, tc := range []struct {
+		name                string
+		before, since       string
+		killed, interactive bool
+		want                bool
+	}{
+		{"the guest rebooted", "", "borough: rebooting\n" + restart, false, false, true},
+		{"a watchdog or a panic reset it, silently", "", "borough: node running\n", false, false, true},
+		{"the guest powered off", "", "borough: powering off\n" + powerDown, false, false, false},
+		{"powered off in an earlier start, reset in this one", powerDown, restart, false, false, true},
+		{"the power was cut", "", "borough: node running\n", true, false, false},
+		{"an interactive VM runs its resets itself", "", restart, false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vm := &VM{console: newConsole(nil), killed: tc.killed, opts: Options{Interactive: tc.interactive}}
+			_, _ = vm.console.Write([]byte(tc.before))
+			vm.launchedAt = len(tc.before)
+			_, _ = vm.console.Write([]byte(tc.since))
+			if got := vm.guestReset(); got != tc.want {
+				t.Errorf("guestReset() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
