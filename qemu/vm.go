@@ -231,7 +231,8 @@ func (vm *VM) fail(err error) error {
 	return &Error{Err: err, Stderr: vm.stderr.String(), Console: vm.Tail(consoleTail)}
 }
 
-// Since is the time since QEMU started.
+// Since is the time since the VM started: its first QEMU, whatever reboots
+// followed.
 func (vm *VM) Since() time.Duration { return time.Since(vm.started) }
 
 // Console returns everything the serial console has printed so far.
@@ -266,8 +267,9 @@ func ConsoleTail(console string, n int) string {
 }
 
 // WaitFor waits up to timeout for s to appear on the console after the
-// previous WaitFor's match, and returns the time since QEMU started. It
-// fails with an *Error if the timeout passes or QEMU exits first.
+// previous WaitFor's match, and returns the time since the VM started. It
+// fails with an *Error if the timeout passes or the VM stops first
+// (powered off, killed, or its QEMU failed): a reboot does not stop it.
 func (vm *VM) WaitFor(s string, timeout time.Duration) (time.Duration, error) {
 	vm.opts.Logf("qemu: waiting up to %v for %q", timeout, s)
 	t, err := vm.find(s, timeout)
