@@ -30,23 +30,59 @@ func (o *Options) controlArgs() []string {
 // Control sends command to the guest's control port and returns the
 // line the guest answers, waiting up to timeout for it: the guest reads
 // the port only while its host end is open, so the connection stays open
-// until the answer.
+// until the answer. The host end is the QEMU's: if the guest resets the
+// machine first, the connection ends with that QEMU, and the command
+// goes again, within timeout, to the system the next one boots.
 func (vm *VM) Control(command string, timeout time.Duration) (string, error) {
 	if !vm.opts.Control {
 		return "", fmt.Errorf("qemu: %s has no control port (Options.Control)", vm.opts.Image)
 	}
-	c, err := net.DialTimeout("unix", vm.opts.controlPath(), 5*time.Second)
+	deadline := time.Now().Add(timeout)
+	for {
+		launch := vm.launchCount()
+		answer, err := vm.control(command, deadline)
+		if err == nil {
+			return answer, nil
+		}
+		if !vm.awaitLaunch(launch, deadline) {
+			return "", vm.fail(err)
+		}
+		vm.opts.Logf("qemu: the control port closed as the guest reset the machine: sending %q again", command)
+	}
+}
+
+// control sends command once, on a connection to the port's host end,
+// and reads the answer until deadline.
+func (vm *VM) control(command string, deadline time.Time) (string, error) {
+	c, err := vm.dialControl(deadline)
 	if err != nil {
-		return "", vm.fail(fmt.Errorf("connecting to the control port: %w", err))
+		return "", fmt.Errorf("connecting to the control port: %w", err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
+	_ = c.SetDeadline(deadline)
 	if _, err := fmt.Fprintf(c, "%s\n", command); err != nil {
-		return "", vm.fail(fmt.Errorf("sending %q to the control port: %w", command, err))
+		return "", fmt.Errorf("sending %q to the control port: %w", command, err)
 	}
 	answer, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
-		return "", vm.fail(fmt.Errorf("no answer to %q on the control port within %v: %w", command, timeout, err))
+		return "", fmt.Errorf("no answer to %q on the control port: %w", command, err)
 	}
 	return strings.TrimSuffix(answer, "\n"), nil
 }
+
+// dialControl connects to the port's host end, trying for up to
+// controlDial (and until deadline): a QEMU just started makes its socket
+// a moment after it runs.
+func (vm *VM) dialControl(deadline time.Time) (net.Conn, error) {
+	give := time.Now().Add(controlDial)
+	for {
+		c, err := net.DialTimeout("unix", vm.opts.controlPath(), controlDial)
+		if err == nil || time.Now().After(give) || time.Now().After(deadline) {
+			return c, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// controlDial bounds the tries to connect to the control port.
+const controlDial = 5 * time.Second

@@ -38,6 +38,8 @@ type VM struct {
 	earlierCPU time.Duration
 	// killed says Kill cut the power: no start follows.
 	killed bool
+	// launches counts the QEMUs started.
+	launches int
 }
 
 // Error is a failure of a VM, with what it printed.
@@ -135,6 +137,7 @@ func (vm *VM) launch(ctx context.Context, args []string) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
 	vm.cmd, vm.launchedAt = cmd, len(vm.console.String())
+	vm.launches++
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("qemu: starting qemu-system-x86_64 (apt-get install qemu-system-x86): %w", err)
 	}
@@ -197,6 +200,29 @@ func (vm *VM) restart(ctx context.Context, args []string) error {
 	}
 	vm.mu.Unlock()
 	return vm.launch(ctx, args)
+}
+
+// launchCount is how many QEMUs the VM has started.
+func (vm *VM) launchCount() int {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.launches
+}
+
+// awaitLaunch waits until the VM has started a QEMU after its launch-th,
+// and says whether it did before deadline, without stopping first.
+func (vm *VM) awaitLaunch(launch int, deadline time.Time) bool {
+	for time.Now().Before(deadline) {
+		if vm.launchCount() != launch {
+			return true
+		}
+		select {
+		case <-vm.exited:
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return false
 }
 
 // swtpmExit bounds the wait for a TPM to end after its QEMU.

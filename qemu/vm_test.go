@@ -1,9 +1,12 @@
 package qemu
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTail(t *testing.T) {
@@ -101,6 +104,59 @@ func TestGuestReset(t *testing.T) {
 			_, _ = vm.console.Write([]byte(tc.since))
 			if got := vm.guestReset(); got != tc.want {
 				t.Errorf("guestReset() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestControlAcrossReset checks that a control command whose connection
+// ends with a QEMU the guest reset goes again to the next QEMU, and that
+// one whose VM stops fails.
+func TestControlAcrossReset(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		restart bool
+		want    string
+	}{
+		{"the guest reset the machine", true, "ok: unfilled"},
+		{"the VM stopped", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			vm := &VM{opts: Options{Control: true, StateDir: dir, Logf: t.Logf}, console: newConsole(nil),
+				exited: make(chan struct{}), launches: 1}
+			l, err := net.Listen("unix", vm.opts.controlPath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			go func() {
+				// The first QEMU takes the command and exits.
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = bufio.NewReader(c).ReadString('\n')
+				c.Close()
+				if !tc.restart {
+					close(vm.exited)
+					return
+				}
+				vm.mu.Lock()
+				vm.launches++
+				vm.mu.Unlock()
+				// The next one's guest answers.
+				if c, err = l.Accept(); err != nil {
+					return
+				}
+				defer c.Close()
+				if cmd, _ := bufio.NewReader(c).ReadString('\n'); cmd == "unfill\n" {
+					fmt.Fprintln(c, "ok: unfilled")
+				}
+			}()
+			got, err := vm.Control("unfill", 10*time.Second)
+			if got != tc.want || (err == nil) != tc.restart {
+				t.Errorf("Control = %q, %v; want %q", got, err, tc.want)
 			}
 		})
 	}
