@@ -118,6 +118,9 @@ func (m *multi) resetMember(t *testing.T) {
 	if r == nil || j == nil {
 		t.Fatal("the restore case left no cluster to reset a member of")
 	}
+	// The node seals its keys for the owner's recovery after it runs,
+	// in the background.
+	sawLine(t, j.VM, "borough: unlock: sealed the node's unlock keys for the owner's recovery", stepTimeout)
 	var old escrow.OwnerRecovery
 	if err := json.Unmarshal(espCopy(t, j, esp.OwnerRecovery)[esp.OwnerRecovery], &old); err != nil {
 		t.Fatal(err)
