@@ -26,9 +26,14 @@ echo "boot tests: TestMultiNode, and beside it the other boot tests one at a tim
 start=$SECONDS
 "$bin" -test.v -test.run '^TestMultiNode$' -test.timeout 45m > >(sed -u 's/^/multinode | /') 2>&1 &
 multi=$!
+others=0
 "$bin" -test.v -test.skip '^(TestRobustness|TestMultiNode)$' -test.parallel 1 -test.timeout 45m \
-	> >(sed -u 's/^/others    | /') 2>&1 || status=$?
-echo "boot tests: the others ended after $((SECONDS - start)) s (exit status $status)"
-wait "$multi" || status=$?
-echo "boot tests: TestMultiNode ended after $((SECONDS - start)) s"
+	> >(sed -u 's/^/others    | /') 2>&1 || others=$?
+echo "boot tests: the others ended after $((SECONDS - start)) s (exit status $others)"
+multinode=0
+wait "$multi" || multinode=$?
+echo "boot tests: TestMultiNode ended after $((SECONDS - start)) s (exit status $multinode)"
+for s in "$others" "$multinode"; do
+	[ "$s" = 0 ] || status=$s
+done
 exit "$status"
