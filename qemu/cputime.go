@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,9 @@ const userHZ = 100
 func (vm *VM) CPUTime() (time.Duration, error) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
+	if vm.cmd.Process == nil {
+		return 0, errors.New("the CPU time of a VM: its QEMU did not start")
+	}
 	total, err := processCPU(vm.cmd.Process.Pid)
 	if err != nil {
 		return 0, err
