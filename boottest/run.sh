@@ -33,7 +33,6 @@ echo "boot tests: the others ended after $((SECONDS - start)) s (exit status $ot
 multinode=0
 wait "$multi" || multinode=$?
 echo "boot tests: TestMultiNode ended after $((SECONDS - start)) s (exit status $multinode)"
-for s in "$others" "$multinode"; do
-	[ "$s" = 0 ] || status=$s
-done
+[ "$others" = 0 ] || status=$others
+[ "$multinode" = 0 ] || status=$multinode
 exit "$status"

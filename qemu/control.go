@@ -3,7 +3,6 @@ package qemu
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"time"
@@ -54,7 +53,7 @@ func (vm *VM) Control(command string, timeout time.Duration) (string, error) {
 // control sends command once, on a connection to the port's host end,
 // and reads the answer until deadline.
 func (vm *VM) control(command string, deadline time.Time) (string, error) {
-	c, err := vm.dialControl(deadline)
+	c, err := vm.dial(vm.opts.controlPath())
 	if err != nil {
 		return "", fmt.Errorf("connecting to the control port: %w", err)
 	}
@@ -69,20 +68,3 @@ func (vm *VM) control(command string, deadline time.Time) (string, error) {
 	}
 	return strings.TrimSuffix(answer, "\n"), nil
 }
-
-// dialControl connects to the port's host end, trying for up to
-// controlDial (and until deadline): a QEMU just started makes its socket
-// a moment after it runs.
-func (vm *VM) dialControl(deadline time.Time) (net.Conn, error) {
-	give := time.Now().Add(controlDial)
-	for {
-		c, err := net.DialTimeout("unix", vm.opts.controlPath(), controlDial)
-		if err == nil || time.Now().After(give) || time.Now().After(deadline) {
-			return c, err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// controlDial bounds the tries to connect to the control port.
-const controlDial = 5 * time.Second

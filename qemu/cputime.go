@@ -1,7 +1,6 @@
 package qemu
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,9 +21,6 @@ const userHZ = 100
 func (vm *VM) CPUTime() (time.Duration, error) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	if vm.cmd.Process == nil {
-		return 0, errors.New("the CPU time of a VM: its QEMU did not start")
-	}
 	total, err := processCPU(vm.cmd.Process.Pid)
 	if err != nil {
 		return 0, err
@@ -80,10 +76,7 @@ func parseStatCPU(stat string) (uint64, error) {
 }
 
 // processStateCPU is the user and system CPU time of cmd's process, which
-// has exited.
+// has exited (Wait returned).
 func processStateCPU(cmd *exec.Cmd) time.Duration {
-	if cmd.ProcessState == nil {
-		return 0
-	}
 	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }

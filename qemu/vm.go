@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/borough-os/borough/internal/poll"
 )
 
 // VM is a running machine: a QEMU process and, once the guest resets
@@ -29,7 +31,8 @@ type VM struct {
 	err    error
 
 	mu sync.Mutex
-	// cmd and swtpm are the machine's QEMU and TPM since its last start.
+	// cmd and swtpm are the machine's QEMU and TPM since its last start
+	// (cmd the last QEMU that started).
 	cmd, swtpm *exec.Cmd
 	// launchedAt is the console's length when cmd started.
 	launchedAt int
@@ -136,11 +139,12 @@ func (vm *VM) launch(ctx context.Context, args []string) error {
 		// does not outlive that program either, however it ends.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
-	vm.cmd, vm.launchedAt = cmd, len(vm.console.String())
-	vm.launches++
+	launchedAt := len(vm.console.String())
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("qemu: starting qemu-system-x86_64 (apt-get install qemu-system-x86): %w", err)
 	}
+	vm.cmd, vm.launchedAt = cmd, launchedAt
+	vm.launches++
 	return nil
 }
 
@@ -212,18 +216,33 @@ func (vm *VM) launchCount() int {
 // awaitLaunch waits until the VM has started a QEMU after its launch-th,
 // and says whether it did before deadline, without stopping first.
 func (vm *VM) awaitLaunch(launch int, deadline time.Time) bool {
-	for time.Now().Before(deadline) {
-		if vm.launchCount() != launch {
-			return true
-		}
+	return poll.Until(context.Background(), time.Until(deadline), 100*time.Millisecond, func() error {
 		select {
 		case <-vm.exited:
-			return false
-		case <-time.After(100 * time.Millisecond):
+			return poll.Stop(errors.New("the VM stopped"))
+		default:
 		}
-	}
-	return false
+		if vm.launchCount() == launch {
+			return poll.ErrNotYet
+		}
+		return nil
+	}) == nil
 }
+
+// dial connects to a unix socket QEMU listens on (its monitor, the
+// control port), trying for up to socketWait: after a reboot, the next
+// QEMU makes its sockets a moment after it runs.
+func (vm *VM) dial(path string) (net.Conn, error) {
+	var c net.Conn
+	err := poll.Until(context.Background(), socketWait, 100*time.Millisecond, func() (err error) {
+		c, err = net.DialTimeout("unix", path, socketWait)
+		return err
+	})
+	return c, err
+}
+
+// socketWait bounds the tries to connect to one of QEMU's sockets.
+const socketWait = 5 * time.Second
 
 // swtpmExit bounds the wait for a TPM to end after its QEMU.
 const swtpmExit = 10 * time.Second
@@ -428,9 +447,7 @@ func (vm *VM) Resume() error {
 func (vm *VM) Kill() {
 	vm.mu.Lock()
 	vm.killed = true
-	if vm.cmd.Process != nil {
-		_ = vm.cmd.Process.Kill()
-	}
+	_ = vm.cmd.Process.Kill()
 	vm.mu.Unlock()
 	<-vm.exited
 }
@@ -465,7 +482,7 @@ func (vm *VM) monitorOutput(command string) (string, error) {
 // monitorUntil sends command to QEMU's human monitor and reads what it
 // prints until done says it has what it waits for.
 func (vm *VM) monitorUntil(command string, done func(got []byte) (string, bool)) (string, error) {
-	c, err := net.DialTimeout("unix", vm.opts.monitorPath(), 5*time.Second)
+	c, err := vm.dial(vm.opts.monitorPath())
 	if err != nil {
 		return "", vm.fail(fmt.Errorf("connecting to QEMU monitor: %w", err))
 	}
