@@ -188,7 +188,8 @@ func TestSecureBoot(t *testing.T) {
 	vm := boot(t, qemu.Options{Image: img, StateDir: state, SecureBoot: true, TPM: true, TestParams: cmdline.TestMarker + "=" + marker})
 	expect(t, vm, bootTimeout, "Secure Boot OFF", "setup_mode=true",
 		"borough: enrolled the owner's Secure Boot keys", "borough: rebooting")
-	expect(t, vm, bootTimeout, "borough: Secure Boot on", created, "borough: test: marker="+marker, running)
+	expect(t, vm, bootTimeout, "borough: Secure Boot on", "borough: TPM 2.0 found", created+" path=/data tpm=true",
+		"borough: test: marker="+marker, running)
 	powerOff(t, vm)
 
 	tampered := bytes.Replace(signed, []byte(image.DefaultCmdline), []byte(strings.Replace(image.DefaultCmdline, "panic=10", "panic=11", 1)), 1)

@@ -305,6 +305,10 @@ func openTPM(log *slog.Logger) (*tpm.TPM, error) {
 	case err != nil:
 		return nil, fmt.Errorf("opening the TPM: %w", err)
 	}
+	if n := t.Probes(); n > 0 {
+		log.Warn("TPM 2.0 found once the kernel was asked to probe it again: its driver had not taken it at boot (the kernel's log says why)", "probes", n)
+		return t, nil
+	}
 	log.Info("TPM 2.0 found")
 	return t, nil
 }

@@ -109,6 +109,7 @@ func node() int {
 			return closeAndExit(log, st, pid1.ExitReboot)
 		}
 	}
+	unbindTPM(log, params)
 	t, err := openTPM(log)
 	if err != nil {
 		return fatal(log, err)

@@ -22,6 +22,7 @@ func testHooks(cmdline.Params, *storage.Storage) []supervisor.Service { return n
 func pauseHook(*slog.Logger, cmdline.Params, string) func(string)     { return nil }
 func testMarker(*slog.Logger, cmdline.Params) error                   { return nil }
 func volumeSize(*slog.Logger, cmdline.Params) int64                   { return 0 }
+func unbindTPM(*slog.Logger, cmdline.Params)                          {}
 func exposeToRogue(*cluster.Manager)                                  {}
 
 // apiIdentity is what the node API presents: the node's own identity and

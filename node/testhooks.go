@@ -302,3 +302,17 @@ func cacheWrite(ctx context.Context, dev string) error {
 	supervisor.Logger(ctx).Info("test: wrote block 1 with a flush and block 0 without one", "device", dev)
 	return nil
 }
+
+// unbindTPM takes the TPM from its driver (TestUnbindTPM), as the
+// kernel leaves a TPM whose probe failed.
+func unbindTPM(log *slog.Logger, params cmdline.Params) {
+	if !params.Has(cmdline.TestUnbindTPM) {
+		return
+	}
+	const dev = "MSFT0101:00"
+	if err := os.WriteFile("/sys/bus/platform/drivers/tpm_tis/unbind", []byte(dev), 0); err != nil {
+		log.Error("test: unbinding the TPM", "err", err)
+		return
+	}
+	log.Info("test: took the TPM from its driver", "device", dev)
+}

@@ -45,6 +45,10 @@ const (
 	// the volume had the value's size in MiB (space.Plan): a small quota,
 	// which a boot test fills in seconds.
 	TestVolume = "borough.test.volume"
+	// TestUnbindTPM makes the node take the TPM device from its driver
+	// before it opens it, as a probe that failed at boot leaves it: the
+	// device there, no driver, no /dev/tpm0.
+	TestUnbindTPM = "borough.test.unbindtpm"
 	// TestControl is not a parameter but the name of the virtio-serial
 	// port (qemu.Options.Control) from which a test build of the node
 	// takes commands while it runs, such as a step of its clock.

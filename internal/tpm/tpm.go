@@ -35,24 +35,17 @@ type TPM struct {
 	t  transport.TPMCloser
 	// srk is the storage root key once created (loadedSRK).
 	srk *srk
+	// probes is Probes.
+	probes int
 }
 
 // Open opens the machine's TPM, /dev/tpm0 or else /dev/tpmrm0. It returns
-// an error wrapping ErrNoTPM when neither exists; devtmpfs must be mounted
-// and the TPM driver loaded.
+// an error wrapping ErrNoTPM when neither exists and the firmware
+// describes no TPM, and ErrNotProbed when it describes one that the
+// kernel's driver did not take, even when asked again (probe.go);
+// devtmpfs and sysfs must be mounted.
 func Open() (*TPM, error) {
-	// /dev/tpm0 is the raw device: exclusive, with only the TPM's few
-	// transient slots. The node is the TPM's one user in user space and
-	// flushes every object and session it loads, under its lock, so it
-	// needs neither the sharing nor the cleanup of /dev/tpmrm0, the
-	// kernel's resource manager, which saves and flushes every loaded
-	// object and session of the process after each command and loads
-	// them again before the next: under TCG, an unseal took 215 to 233 ms
-	// through it and 62 to 70 ms on the raw device (docs/decisions.md,
-	// "The raw TPM device"). The kernel reads the TPM's random numbers
-	// too, which takes no slot; a kernel with TPM sessions of its own
-	// (CONFIG_TCG_TPM2_HMAC, Linux 6.10 on) would take some.
-	return open([]string{"/dev/tpm0", "/dev/tpmrm0"})
+	return thisMachine.open()
 }
 
 // open opens the first of paths that exists.
