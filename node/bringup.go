@@ -34,13 +34,15 @@ import (
 
 // bootEnv is what bringUp works with.
 type bootEnv struct {
-	log      *slog.Logger
-	params   cmdline.Params
-	st       *storage.Storage
-	tpm      *tpm.TPM
-	hw       hardware.Report
-	timeline *timeline.Timeline
-	logs     *logs
+	log    *slog.Logger
+	params cmdline.Params
+	st     *storage.Storage
+	tpm    *tpm.TPM
+	// tpmFailed is why the machine's TPM is not in tpm (openTPM).
+	tpmFailed error
+	hw        hardware.Report
+	timeline  *timeline.Timeline
+	logs      *logs
 	// updates is the updater's first step, which bring-up takes to the
 	// updater once the ESP's ledger is open.
 	updates *updater.Boot
@@ -188,6 +190,7 @@ func mountData(ctx context.Context, b bootEnv, enrol *enrolment.Enrolment, keys 
 	log := b.log
 	if err := b.st.MountData(ctx, storage.Config{
 		TPM:         b.tpm,
+		TPMFailed:   b.tpmFailed,
 		Seals:       p.book,
 		Policy:      p.policy,
 		ClusterKeys: keys,
@@ -295,22 +298,27 @@ func logEnrolment(log *slog.Logger, e *enrolment.Enrolment) {
 		"storage_policy", e.StoragePolicy.String(), "provisional", e.Provisional())
 }
 
-// openTPM opens the machine's TPM; it returns nil if there is none.
-func openTPM(log *slog.Logger) (*tpm.TPM, error) {
-	t, err := tpm.Open()
+// openTPM opens the machine's TPM; it returns nil if there is none. A
+// TPM the kernel did not bring up is none until the storage policy
+// decides (storage.Config.TPMFailed): failed says why.
+func openTPM(log *slog.Logger) (t *tpm.TPM, failed, err error) {
+	t, err = tpm.Open()
 	switch {
 	case errors.Is(err, tpm.ErrNoTPM):
 		log.Info("no TPM found")
-		return nil, nil
+		return nil, nil, nil
+	case errors.Is(err, tpm.ErrNotProbed):
+		log.Error("the machine's TPM is not in use: the data volume opens only under a storage policy that disables the TPM", "err", err)
+		return nil, err, nil
 	case err != nil:
-		return nil, fmt.Errorf("opening the TPM: %w", err)
+		return nil, nil, fmt.Errorf("opening the TPM: %w", err)
 	}
 	if n := t.Probes(); n > 0 {
 		log.Warn("TPM 2.0 found once the kernel was asked to probe it again: its driver had not taken it at boot (the kernel's log says why)", "probes", n)
-		return t, nil
+		return t, nil, nil
 	}
 	log.Info("TPM 2.0 found")
-	return t, nil
+	return t, nil, nil
 }
 
 // sealBook returns what seals the node's keys to its TPM (package seals),

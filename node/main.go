@@ -110,7 +110,7 @@ func node() int {
 		}
 	}
 	unbindTPM(log, params)
-	t, err := openTPM(log)
+	t, tpmFailed, err := openTPM(log)
 	if err != nil {
 		return fatal(log, err)
 	}
@@ -120,7 +120,7 @@ func node() int {
 		}
 	}
 	seedEntropy(log.With(console.ServiceKey, "entropy"), t, tl)
-	up, err := sv.bringUp(bootEnv{log: log, params: params, st: st, tpm: t, hw: hw, timeline: tl, logs: lg,
+	up, err := sv.bringUp(bootEnv{log: log, params: params, st: st, tpm: t, tpmFailed: tpmFailed, hw: hw, timeline: tl, logs: lg,
 		updates: updates, requests: sv.requests})
 	var stop *stopped
 	switch {

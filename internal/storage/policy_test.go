@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +51,29 @@ func TestKeyPolicy(t *testing.T) {
 			err := CheckPolicy(tc.confirmed, got)
 			if (err != nil) != tc.refused || err != nil && !strings.Contains(err.Error(), "someone replaced the sealed key") {
 				t.Errorf("CheckPolicy(%v, %v) = %v, want refused: %v", tc.confirmed, got, err, tc.refused)
+			}
+		})
+	}
+}
+
+// TestTPMFailed: a TPM the machine has but the kernel did not bring up
+// keeps the data volume closed unless the policy disables the TPM, and
+// MountData says why before it reads the partition (here a partition
+// whose probe failed: what MountData reports next).
+func TestTPMFailed(t *testing.T) {
+	failed, probe := errors.New("the TPM failed"), errors.New("the partition's probe")
+	for _, tc := range []struct {
+		policy keyfile.TPMPolicy
+		want   error
+	}{
+		{keyfile.TPMBestEffort, failed},
+		{keyfile.TPMRequired, failed},
+		{keyfile.TPMDisabled, probe},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			s := &Storage{probeErr: probe}
+			if err := s.MountData(context.Background(), Config{Policy: tc.policy, TPMFailed: failed}); !errors.Is(err, tc.want) {
+				t.Errorf("MountData = %v, want %v", err, tc.want)
 			}
 		})
 	}

@@ -65,6 +65,10 @@ const (
 type Config struct {
 	// TPM is the machine's TPM, or nil if it has none.
 	TPM *tpm.TPM
+	// TPMFailed, if set, says why the machine has a TPM but TPM is nil
+	// (tpm.ErrNotProbed): a volume is then neither created nor opened
+	// unless Policy disables the TPM.
+	TPMFailed error
 	// Seals, if set, seals and unseals the local unlock key on TPM, and
 	// remembers it for an update (package seals).
 	Seals *seals.Book
@@ -140,6 +144,8 @@ func (s *Storage) MountData(ctx context.Context, cfg Config) error {
 		k.book = cfg.Seals
 	}
 	switch {
+	case cfg.Policy != keyfile.TPMDisabled && cfg.TPMFailed != nil:
+		return cfg.TPMFailed
 	case cfg.Policy == keyfile.TPMRequired && cfg.TPM == nil:
 		return errors.New("the storage policy requires a TPM, and this machine has none")
 	case cfg.Policy == keyfile.TPMDisabled:

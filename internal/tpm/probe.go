@@ -22,7 +22,8 @@ import (
 // that was slow once must not cost that. So Open asks the kernel to
 // probe again (the bus's drivers_probe), a few times, and a TPM the
 // firmware describes but no probe brings up is an error (ErrNotProbed),
-// never "no TPM".
+// never "no TPM": the node opens no data volume then, unless its
+// storage policy disables the TPM.
 
 // ErrNotProbed is returned by Open when the firmware describes a TPM 2.0
 // but the kernel's driver did not take it, however often asked.
@@ -82,7 +83,7 @@ func (m machine) open() (*TPM, error) {
 			return t, err
 		}
 	}
-	return nil, fmt.Errorf("%w, %d probes over (devices %s without a driver; the kernel's log says why, under tpm_tis or tpm_crb): the node does not go on as a machine without one; set the storage policy to TPM disabled to run without it",
+	return nil, fmt.Errorf("%w, %d probes over (devices without a driver: %s; the kernel's log says why, under tpm_tis or tpm_crb)",
 		ErrNotProbed, probeTries, strings.Join(unbound, ", "))
 }
 
