@@ -47,6 +47,12 @@ const maxHello = 64 << 10
 // Port is the client port's listener, routing connections to GRPC or
 // HTTP.
 type Port struct {
+	// Dropped, if set before Serve, is told of each connection the port
+	// closes before either server has it: one that sends no TLS
+	// ClientHello within helloTimeout (plain HTTP to a TLS port, say),
+	// or arrives as the port closes. Nothing else hears of them.
+	Dropped func(remote net.Addr, why error)
+
 	l          net.Listener
 	grpc, http *queue
 	wg         sync.WaitGroup
@@ -101,14 +107,24 @@ func (p *Port) Close() error {
 func (p *Port) route(c net.Conn) {
 	hello, protos, err := readHello(c)
 	if err != nil {
-		c.Close()
+		p.drop(c, err)
 		return
 	}
 	to := p.grpc
 	if wantsHTTP(protos) {
 		to = p.http
 	}
-	to.put(&prefixConn{Conn: c, prefix: hello})
+	if !to.put(&prefixConn{Conn: c, prefix: hello}) {
+		p.drop(c, errors.New("the port is closing"))
+	}
+}
+
+// drop closes c, which no server will have, and tells Dropped why.
+func (p *Port) drop(c net.Conn, why error) {
+	c.Close()
+	if p.Dropped != nil {
+		p.Dropped(c.RemoteAddr(), why)
+	}
 }
 
 // wantsHTTP says whether a client offering protos over ALPN is an HTTP
@@ -217,12 +233,14 @@ func newQueue(addr net.Addr) *queue {
 	return &queue{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
 }
 
-// put hands c to the queue's server, or closes it if the queue is closed.
-func (q *queue) put(c net.Conn) {
+// put hands c to the queue's server, and says whether it did: not if
+// the queue is closed.
+func (q *queue) put(c net.Conn) bool {
 	select {
 	case q.conns <- c:
+		return true
 	case <-q.done:
-		c.Close()
+		return false
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,8 @@ func TestRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dropped := make(chan error, 1)
+	p.Dropped = func(_ net.Addr, why error) { dropped <- why }
 	go p.Serve()
 	t.Cleanup(func() { p.Close() })
 	cert := tls.Certificate{Certificate: [][]byte{server.Cert.Raw}, PrivateKey: server.Key}
@@ -84,6 +87,14 @@ func TestRoute(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if got, _ := io.ReadAll(c); len(got) != 0 {
 			t.Errorf("plain HTTP got %q, want the connection closed", got)
+		}
+		select {
+		case why := <-dropped:
+			if !strings.Contains(why.Error(), "not a TLS handshake") {
+				t.Errorf("Dropped was told %v, want not a TLS handshake", why)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Dropped was not told of the plain HTTP connection")
 		}
 	})
 }

@@ -90,6 +90,7 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 
 	"github.com/borough-os/borough/datavol"
@@ -358,6 +359,7 @@ func Start(ctx context.Context, cfg Config) (_ *Consensus, err error) {
 	if err != nil {
 		return nil, err
 	}
+	port.Dropped = droppedLogger(cfg.Log)
 	grpcServer := make(chan *grpc.Server, 1)
 	e, err := embed.StartEtcd(cfg.embed(budget, grpcServer))
 	if err != nil {
@@ -399,6 +401,19 @@ func Start(ctx context.Context, cfg Config) (_ *Consensus, err error) {
 		return nil, err
 	}
 	return member, nil
+}
+
+// droppedLogger logs the client port's dropped connections, the first
+// ten and then one a minute: a client that speaks plain HTTP to the TLS
+// port learns nothing else, and a scanner must not fill the log.
+func droppedLogger(log *slog.Logger) func(net.Addr, error) {
+	every := &rate.Sometimes{First: 10, Interval: time.Minute}
+	return func(remote net.Addr, why error) {
+		every.Do(func() {
+			log.Warn("client port: closed a connection before TLS (the first ten are logged, then one a minute)",
+				"remote", remote.String(), "err", why)
+		})
+	}
 }
 
 // serveClientPort serves the client port once etcd serves: gRPC
