@@ -83,8 +83,12 @@ func (m machine) open() (*TPM, error) {
 			return t, err
 		}
 	}
+	devices := "none: the kernel made no device of it either"
+	if len(unbound) > 0 {
+		devices = strings.Join(unbound, ", ")
+	}
 	return nil, fmt.Errorf("%w, %d probes over (devices without a driver: %s; the kernel's log says why, under tpm_tis or tpm_crb)",
-		ErrNotProbed, probeTries, strings.Join(unbound, ", "))
+		ErrNotProbed, probeTries, devices)
 }
 
 // described says whether the firmware's ACPI tables describe a TPM 2.0.
