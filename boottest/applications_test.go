@@ -15,7 +15,8 @@ import (
 // credential over /service/ reaches its prefix on every member's client
 // port and nothing else, what it writes through JSON etcdctl reads
 // through gRPC, the owner reaches everything, and a client without a
-// certificate the cluster trusts is refused at the handshake.
+// certificate the cluster trusts is refused at the handshake, and one
+// that speaks plain HTTP to the TLS port is closed on, the node saying why.
 func (m *multi) applications(t *testing.T) {
 	eps := m.endpoints()
 	cert, key := m.credential(t, "patroni", "/service/")
@@ -37,6 +38,15 @@ func (m *multi) applications(t *testing.T) {
 			"https://"+ep+"/version").CombinedOutput(); err == nil {
 			t.Errorf("curl without a client certificate got an answer from %s: %s", ep, out)
 		}
+	}
+	// An application given http:// for the TLS port (Patroni's
+	// etcd3.protocol left at http) gets no answer; the node says why.
+	if out, err := exec.Command("curl", "--silent", "--show-error", "http://"+eps[0]+"/version").CombinedOutput(); err == nil {
+		t.Errorf("curl over plain HTTP got an answer from %s: %s", eps[0], out)
+	}
+	sawLine(t, m.c.Nodes[0].VM, `client port: closed a connection before TLS`, stepTimeout)
+	if !strings.Contains(m.c.Nodes[0].VM.Console(), `err="not a TLS handshake"`) {
+		t.Errorf("node %s did not say the plain HTTP connection was not TLS", m.c.Nodes[0].Name)
 	}
 	out, err := m.etcdctl(t, eps[:1], "get", "/service/demo/leader", "--print-value-only")
 	if err != nil || strings.TrimSpace(out) != eps[len(eps)-1] {

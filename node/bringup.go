@@ -315,9 +315,9 @@ func openTPM(log *slog.Logger) (t *tpm.TPM, failed, err error) {
 	}
 	if n := t.Probes(); n > 0 {
 		log.Warn("TPM 2.0 found once the kernel was asked to probe it again: its driver had not taken it at boot (the kernel's log says why)", "probes", n)
-		return t, nil, nil
+	} else {
+		log.Info("TPM 2.0 found")
 	}
-	log.Info("TPM 2.0 found")
 	return t, nil, nil
 }
 

@@ -29,7 +29,11 @@ import (
 // but the kernel's driver did not take it, however often asked.
 var ErrNotProbed = errors.New("the firmware describes a TPM 2.0 (ACPI table TPM2), but the kernel made no TPM device")
 
-// probeTries bounds the probes Open asks for, probeWait apart.
+// probeTries bounds the probes Open asks for, probeWait apart. A count,
+// not a deadline (internal/poll): each write to drivers_probe returns
+// only once the kernel's probe has ended, which for a TPM that answers
+// late takes as long as the driver waits, so a deadline would cut the
+// probes short exactly when the TPM is slow.
 const (
 	probeTries = 3
 	probeWait  = time.Second
